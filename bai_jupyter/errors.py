@@ -1,0 +1,54 @@
+"""Errors a front end shows to a user, each with a stable code and an HTTP status.
+
+The manager raises only these; the REST layer turns them into
+``{"error": code, "message": text}`` with ``status``, the magics and the CLI
+print the message in one line.
+"""
+
+from __future__ import annotations
+
+
+class BaiError(Exception):
+    """Base of user-facing errors."""
+
+    code = "error"
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(BaiError):
+    """Malformed or impossible input: fix the request."""
+
+    code = "invalid-request"
+    status = 400
+
+
+class NotFound(BaiError):
+    """No such session (or not one of yours), template or kernel."""
+
+    code = "not-found"
+    status = 404
+
+
+class Conflict(BaiError):
+    """The name is taken or the session is in the wrong state for that."""
+
+    code = "conflict"
+    status = 409
+
+
+class Unavailable(BaiError):
+    """Not ready yet (e.g. the session is not RUNNING); retry later."""
+
+    code = "unavailable"
+    status = 503
+
+
+class Timeout(BaiError):
+    """Waited longer than allowed."""
+
+    code = "timeout"
+    status = 504

@@ -1,0 +1,292 @@
+"""Sessions, kernels and agents, and the one lifecycle table they follow."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from .resources import ResourceSlot
+
+
+class Status(str, Enum):
+    """Lifecycle state of a session or of one of its kernels (DESIGN.md)."""
+
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    PULLING = "PULLING"
+    PREPARED = "PREPARED"
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """No transition leaves this state except clean-up of an ERROR."""
+        return self in TERMINAL
+
+    @property
+    def occupies(self) -> bool:
+        """Whether a kernel in this state holds its reserved slots on an agent."""
+        return self in OCCUPYING
+
+
+_STARTING = (Status.SCHEDULED, Status.PREPARING, Status.PULLING, Status.PREPARED, Status.CREATING)
+_ENDING = {Status.TERMINATING, Status.ERROR, Status.CANCELLED}
+
+#: The lifecycle: state → the states it may move to. Anything else is a bug and raises.
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.SCHEDULED, Status.CANCELLED, Status.ERROR}),
+    Status.SCHEDULED: frozenset({Status.PREPARING, *_ENDING}),
+    Status.PREPARING: frozenset({Status.PULLING, Status.PREPARED, *_ENDING}),
+    Status.PULLING: frozenset({Status.PREPARED, *_ENDING}),
+    Status.PREPARED: frozenset({Status.CREATING, *_ENDING}),
+    Status.CREATING: frozenset({Status.RUNNING, *_ENDING}),
+    Status.RUNNING: frozenset({Status.RESTARTING, Status.TERMINATING, Status.ERROR}),
+    Status.RESTARTING: frozenset({Status.RUNNING, Status.TERMINATING, Status.ERROR}),
+    Status.TERMINATING: frozenset({Status.TERMINATED, Status.ERROR}),
+    Status.TERMINATED: frozenset(),
+    Status.CANCELLED: frozenset(),
+    # An errored session is still cleaned up (containers removed) and ends TERMINATED.
+    Status.ERROR: frozenset({Status.TERMINATING, Status.TERMINATED}),
+}
+
+TERMINAL = frozenset({Status.TERMINATED, Status.CANCELLED, Status.ERROR})
+OCCUPYING = frozenset({*_STARTING, Status.RUNNING, Status.RESTARTING, Status.TERMINATING})
+#: Order of progress, used to derive a session's status from its kernels'.
+_PROGRESS = [Status.PENDING, *_STARTING, Status.RUNNING]
+
+
+class IllegalTransition(RuntimeError):
+    """A state change the lifecycle table does not allow."""
+
+    def __init__(self, what: str, old: Status, new: Status) -> None:
+        super().__init__(f"{what}: illegal transition {old.value} → {new.value}")
+        self.old, self.new = old, new
+
+
+def check_transition(what: str, old: Status, new: Status) -> None:
+    """Raise :class:`IllegalTransition` unless ``old → new`` is in the table."""
+    if new not in TRANSITIONS[old]:
+        raise IllegalTransition(what, old, new)
+
+
+def derive_session_status(kernel_statuses: Iterable[Status]) -> Status:
+    """A session's status from its kernels': the worst or least advanced wins."""
+    statuses = set(kernel_statuses)
+    if not statuses:
+        return Status.PENDING
+    if len(statuses) == 1:
+        return next(iter(statuses))
+    for dominant in (Status.ERROR, Status.TERMINATING, Status.RESTARTING):
+        if dominant in statuses:
+            return dominant
+    if statuses <= {Status.TERMINATED, Status.CANCELLED}:
+        return Status.TERMINATED
+    if statuses & {Status.TERMINATED, Status.CANCELLED}:
+        return Status.TERMINATING  # some kernels are gone, the rest still must go
+    return min(statuses, key=_PROGRESS.index)
+
+
+class SessionType(str, Enum):
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+    INFERENCE = "inference"
+    SYSTEM = "system"
+
+
+class ClusterMode(str, Enum):
+    SINGLE_NODE = "single-node"
+    MULTI_NODE = "multi-node"
+
+
+class SessionResult(str, Enum):
+    UNDEFINED = "UNDEFINED"
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+
+
+class KernelRole(str, Enum):
+    MAIN = "main"
+    SUB = "sub"
+
+
+def new_id() -> str:
+    """A session or kernel id: uuid4 hex."""
+    return uuid.uuid4().hex
+
+
+@dataclass
+class SessionSpec:
+    """What a user asks for; every field is also a template field.
+
+    ``resources`` are per kernel: every kernel of the session gets the same.
+    """
+
+    image: str | None = None
+    name: str | None = None
+    type: SessionType = SessionType.INTERACTIVE
+    resources: ResourceSlot = field(default_factory=ResourceSlot)
+    cluster_size: int = 1
+    cluster_mode: ClusterMode = ClusterMode.SINGLE_NODE
+    resource_group: str = "default"
+    priority: int = 10
+    depends_on: list[str] = field(default_factory=list)
+    starts_at: float | None = None
+    startup_command: str | None = None
+    batch_timeout: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[str] = field(default_factory=list)
+    service_ports: list[str] = field(default_factory=list)
+
+    @property
+    def total_resources(self) -> ResourceSlot:
+        """What the whole session occupies: per-kernel slots × cluster size."""
+        return self.resources * self.cluster_size
+
+
+@dataclass
+class HistoryEntry:
+    status: Status
+    at: float
+    info: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status.value, "at": self.at, "info": self.info}
+
+
+def cluster_hostnames(size: int) -> list[str]:
+    """``main1``, ``sub1`` … ``sub{size-1}``."""
+    return ["main1", *(f"sub{i}" for i in range(1, size))]
+
+
+@dataclass
+class Kernel:
+    """One container (or process) of a session."""
+
+    id: str
+    session_id: str
+    role: KernelRole
+    cluster_idx: int
+    hostname: str
+    slots: ResourceSlot
+    status: Status = Status.PENDING
+    status_info: str | None = None
+    agent_id: str | None = None
+    container_id: str | None = None
+    #: Where it can be reached once started: host, ports, Jupyter connection info.
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def set_status(self, new: Status, info: str | None = None) -> None:
+        check_transition(f"kernel {self.hostname} of {self.session_id}", self.status, new)
+        self.status, self.status_info = new, info
+
+
+@dataclass
+class Session:
+    """A unit of computation a user asked for, with its kernels and its history."""
+
+    id: str
+    owner: str
+    spec: SessionSpec
+    created_at: float
+    status: Status = Status.PENDING
+    status_info: str | None = None
+    status_data: dict[str, Any] = field(default_factory=dict)
+    status_history: list[HistoryEntry] = field(default_factory=list)
+    result: SessionResult = SessionResult.UNDEFINED
+    exit_code: int | None = None
+    kernels: list[Kernel] = field(default_factory=list)
+    #: Front ends' facts about the session (e.g. the Jupyter kernel id behind it).
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls, spec: SessionSpec, owner: str, now: float, session_id: str | None = None
+    ) -> Session:
+        """A new PENDING session with its kernels; the main kernel's id is the session's."""
+        sid = session_id or new_id()
+        kernels = [
+            Kernel(
+                id=sid if idx == 0 else new_id(),
+                session_id=sid,
+                role=KernelRole.MAIN if idx == 0 else KernelRole.SUB,
+                cluster_idx=idx + 1 if idx == 0 else idx,
+                hostname=host,
+                slots=spec.resources,
+            )
+            for idx, host in enumerate(cluster_hostnames(spec.cluster_size))
+        ]
+        return cls(
+            id=sid,
+            owner=owner,
+            spec=spec,
+            created_at=now,
+            kernels=kernels,
+            status_history=[HistoryEntry(Status.PENDING, now)],
+        )
+
+    @property
+    def name(self) -> str | None:
+        return self.spec.name
+
+    @property
+    def scheduler_data(self) -> dict[str, Any]:
+        """The scheduler's why-pending record (``status_data["scheduler"]``)."""
+        data: dict[str, Any] = self.status_data.get("scheduler", {})
+        return data
+
+    def set_status(
+        self,
+        new: Status,
+        now: float,
+        info: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Move to ``new`` (validated), recording why and when."""
+        check_transition(f"session {self.id}", self.status, new)
+        self.status, self.status_info = new, info
+        if data is not None:
+            self.status_data = dict(data)
+        self.status_history.append(HistoryEntry(new, now, info))
+
+    def sync_status(self, now: float) -> Status:
+        """Derive the session status from its kernels' and record a change."""
+        derived = derive_session_status(k.status for k in self.kernels)
+        if derived != self.status:
+            self.set_status(derived, now, self.status_info)
+        return self.status
+
+    def finish(self, exit_code: int | None) -> None:
+        """Record a batch result: exit code 0 → SUCCESS, anything else → FAILURE."""
+        self.exit_code = exit_code
+        self.result = SessionResult.SUCCESS if exit_code == 0 else SessionResult.FAILURE
+
+    @property
+    def occupied(self) -> ResourceSlot:
+        """Slots this session holds on agents right now."""
+        return self.spec.resources * sum(1 for k in self.kernels if k.status.occupies)
+
+
+@dataclass
+class Agent:
+    """A node that runs kernels, with its capacity and what is reserved on it."""
+
+    id: str
+    capacity: ResourceSlot
+    occupied: ResourceSlot = field(default_factory=ResourceSlot)
+    resource_group: str = "default"
+    backend: str = "local"
+    address: str | None = None
+    schedulable: bool = True
+
+    @property
+    def free(self) -> ResourceSlot:
+        return self.capacity - self.occupied

@@ -1,0 +1,60 @@
+"""What one scheduling pass knows about the world, kept current as it places sessions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from ..model import Agent, Session, SessionResult, Status
+from ..resources import ResourceSlot
+from .config import SchedulerConfig
+
+
+@dataclass
+class Snapshot:
+    """Everything a pass reads, loaded in the same transaction that will apply its result."""
+
+    agents: list[Agent]
+    #: Pending sessions of the group, any order.
+    pending: list[Session]
+    #: Status and result of every session a pending session depends on.
+    dependency_states: dict[str, tuple[Status, SessionResult]] = field(default_factory=dict)
+    #: Per owner, sessions that hold resources anywhere (for the concurrency limit).
+    owner_sessions: dict[str, int] = field(default_factory=dict)
+    #: Per owner, resources held anywhere (for the per-owner resource limit).
+    owner_occupied: dict[str, ResourceSlot] = field(default_factory=dict)
+    #: Per owner, resources held in this group (for DRF's dominant share).
+    owner_group_occupied: dict[str, ResourceSlot] = field(default_factory=dict)
+
+
+@dataclass
+class PassContext:
+    """A pass's mutable view: the snapshot's counters plus this pass's placements."""
+
+    now: float
+    config: SchedulerConfig
+    snapshot: Snapshot
+    capacity: ResourceSlot
+
+    def dominant_share(self, owner: str) -> Decimal:
+        """Max over slots of the owner's occupied amount / the group's capacity."""
+        held = self.snapshot.owner_group_occupied.get(owner)
+        if not held:
+            return Decimal(0)
+        return max(
+            (
+                amount / self.capacity[slot]
+                for slot, amount in held.items()
+                if slot in self.capacity
+            ),
+            default=Decimal(0),
+        )
+
+    def record_placement(self, session: Session) -> None:
+        """Count a session placed by this pass against its owner."""
+        snap, owner, whole = self.snapshot, session.owner, session.spec.total_resources
+        snap.owner_sessions[owner] = snap.owner_sessions.get(owner, 0) + 1
+        snap.owner_occupied[owner] = snap.owner_occupied.get(owner, ResourceSlot()) + whole
+        snap.owner_group_occupied[owner] = (
+            snap.owner_group_occupied.get(owner, ResourceSlot()) + whole
+        )

@@ -1,0 +1,106 @@
+"""The scheduler against the store: enqueue a session, run a pass, atomically.
+
+Both run inside one write transaction of the store, so a pass's snapshot,
+decisions and reservations cannot interleave with another writer's, even
+another process's on the same store.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..model import Session, Status
+from ..store import Store, Transaction
+from .config import SchedulerConfig
+from .context import Snapshot
+from .dispatcher import PassResult, schedule
+from .placement import never_fits
+from .selectors import AgentSelector
+from .sequencers import Sequencer
+
+
+class NeverFits(ValueError):
+    """A request that could not run even on the group's empty agents."""
+
+
+class UnknownDependency(ValueError):
+    """``depends_on`` names a session that does not exist."""
+
+
+def enqueue(store: Store, session: Session) -> None:
+    """Store a new PENDING session, refusing what could never be scheduled."""
+    with store.write() as tx:
+        why = never_fits(session.spec, tx.list_agents(session.spec.resource_group))
+        if why is not None:
+            raise NeverFits(f"resource group {session.spec.resource_group!r}: {why}")
+        missing = set(session.spec.depends_on) - set(tx.dependency_states(session.spec.depends_on))
+        if missing:
+            raise UnknownDependency(f"depends_on: no session {', '.join(sorted(missing))}")
+        tx.add_session(session)
+
+
+def load_snapshot(tx: Transaction, resource_group: str) -> Snapshot:
+    """Everything a pass over ``resource_group`` reads."""
+    pending = tx.list_sessions(
+        statuses=[Status.PENDING], resource_group=resource_group, history=False
+    )
+    owner_sessions, owner_occupied = tx.occupancy_by_owner()
+    _, owner_group_occupied = tx.occupancy_by_owner(resource_group)
+    return Snapshot(
+        agents=tx.list_agents(resource_group),
+        pending=pending,
+        dependency_states=tx.dependency_states(d for s in pending for d in s.spec.depends_on),
+        owner_sessions=owner_sessions,
+        owner_occupied=owner_occupied,
+        owner_group_occupied=owner_group_occupied,
+    )
+
+
+def apply_result(tx: Transaction, snapshot: Snapshot, result: PassResult, now: float) -> None:
+    """Write a pass's decisions: reservations, why-pending records, cancellations."""
+    by_id = {s.id: s for s in snapshot.pending}
+    for placement in result.placements:
+        session = by_id[placement.session_id]
+        before = copy.deepcopy(session)
+        for kernel, agent_id in zip(session.kernels, placement.agent_ids):
+            kernel.agent_id = agent_id
+            kernel.set_status(Status.SCHEDULED)
+        session.set_status(Status.SCHEDULED, now, None)
+        tx.save_session(session, before)
+    for cancel in result.cancellations:
+        session = by_id[cancel.session_id]
+        before = copy.deepcopy(session)
+        for kernel in session.kernels:
+            kernel.set_status(Status.CANCELLED, cancel.status_info)
+        record = {**session.scheduler_data, "msg": cancel.msg, "last_try": now}
+        session.set_status(
+            Status.CANCELLED, now, cancel.status_info, {**session.status_data, "scheduler": record}
+        )
+        tx.save_session(session, before)
+    records = dict(result.failures)
+    if result.blocked_by is not None:
+        msg = f"waiting behind {result.blocked_by} (head of the queue)"
+        for sid in result.untried:
+            if by_id[sid].scheduler_data.get("msg") != msg:
+                records[sid] = {**by_id[sid].scheduler_data, "msg": msg}
+    tx.set_status_data(
+        {sid: {**by_id[sid].status_data, "scheduler": rec} for sid, rec in records.items()}
+    )
+
+
+def run_pass(
+    store: Store,
+    resource_group: str,
+    config: SchedulerConfig,
+    sequencer: Sequencer,
+    selector: AgentSelector,
+    now: float,
+) -> PassResult:
+    """One scheduling pass over a resource group, serialized through the store."""
+    with store.write() as tx:
+        snapshot = load_snapshot(tx, resource_group)
+        if not snapshot.pending:
+            return PassResult()
+        result = schedule(snapshot, config, sequencer, selector, now)
+        apply_result(tx, snapshot, result, now)
+        return result

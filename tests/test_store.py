@@ -1,0 +1,503 @@
+"""The persistent store (bai_jupyter.store): schema, sessions, slots, templates."""
+
+from __future__ import annotations
+
+import copy
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bai_jupyter.model import (
+    Agent,
+    ClusterMode,
+    IllegalTransition,
+    Session,
+    SessionResult,
+    SessionSpec,
+    SessionType,
+    Status,
+)
+from bai_jupyter.resources import ResourceSlot
+from bai_jupyter.store import (
+    SCHEMA_VERSION,
+    NameConflict,
+    Store,
+    StoreError,
+    StoreVersionError,
+    default_url,
+)
+from bai_jupyter.templates import Template
+
+T0 = 1_700_000_000.0
+OUR_TABLES = {"bai_meta", "bai_sessions", "bai_kernels", "bai_agents", "bai_templates"}
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.sqlite"
+
+
+def url_of(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A fresh store on a SQLite file, closed after the test."""
+    opened = Store(url_of(db_path(tmp_path)))
+    yield opened
+    opened.close()
+
+
+def sql(path: Path, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Run one statement with the plain sqlite3 module (as a user would) and commit."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(statement, params).fetchall()
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def table_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, for before/after comparisons."""
+    tables = [r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")]
+    return {t: sorted(sql(path, f'SELECT * FROM "{t}"'), key=repr) for t in sorted(tables)}
+
+
+def cpu(amount: str | int, mem: str | None = None) -> ResourceSlot:
+    return ResourceSlot({"cpu": amount} if mem is None else {"cpu": amount, "mem": mem})
+
+
+def new_session(
+    owner: str = "alice",
+    *,
+    name: str | None = None,
+    resources: ResourceSlot | None = None,
+    size: int = 1,
+    group: str = "default",
+    at: float = T0,
+) -> Session:
+    spec = SessionSpec(
+        image="python:3.12",
+        name=name,
+        resources=resources if resources is not None else cpu(1),
+        cluster_size=size,
+        resource_group=group,
+    )
+    return Session.create(spec, owner, at)
+
+
+def add(store: Store, *sessions: Session) -> None:
+    with store.write() as tx:
+        for session in sessions:
+            tx.add_session(session)
+
+
+def put_agents(store: Store, *agents: Agent) -> None:
+    with store.write() as tx:
+        for agent in agents:
+            tx.put_agent(agent)
+
+
+def agents_by_id(store: Store) -> dict[str, Agent]:
+    with store.read() as tx:
+        return {a.id: a for a in tx.list_agents()}
+
+
+def get(store: Store, key: str, owner: str | None = None) -> Session:
+    with store.read() as tx:
+        found = tx.get_session(key, owner)
+    assert found is not None, key
+    return found
+
+
+def schedule_on(session: Session, agent_id: str, now: float) -> None:
+    """What a scheduling pass does to a session it places on one agent."""
+    for kernel in session.kernels:
+        kernel.agent_id = agent_id
+        kernel.set_status(Status.SCHEDULED)
+    session.set_status(Status.SCHEDULED, now)
+
+
+def end(session: Session, now: float, exit_code: int | None = None) -> None:
+    """Terminate every kernel, then the session (from SCHEDULED or RUNNING)."""
+    for kernel in session.kernels:
+        kernel.set_status(Status.TERMINATING)
+        kernel.set_status(Status.TERMINATED, "user-requested")
+    session.set_status(Status.TERMINATING, now, "user-requested")
+    session.set_status(Status.TERMINATED, now + 1, "user-requested")
+    if exit_code is not None:
+        session.finish(exit_code)
+
+
+# --- schema and opening ---------------------------------------------------------------------
+
+
+def test_new_store_records_schema_version(tmp_path: Path) -> None:
+    path = db_path(tmp_path)
+    Store(url_of(path)).close()
+    assert SCHEMA_VERSION == 1
+    assert sql(path, "SELECT key, value FROM bai_meta") == [("schema_version", "1")]
+    names = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert names >= OUR_TABLES | {"bai_status_history"}
+
+
+def test_reopening_keeps_everything(tmp_path: Path) -> None:
+    url = url_of(db_path(tmp_path))
+    first = Store(url)
+    put_agents(first, Agent("a1", cpu(4, "8g")))
+    session = new_session(name="keep")
+    add(first, session)
+    first.close()
+
+    second = Store(url)
+    try:
+        assert list(agents_by_id(second)) == ["a1"]
+        assert get(second, session.id) == session
+    finally:
+        second.close()
+    assert sql(db_path(tmp_path), "SELECT value FROM bai_meta") == [("1",)]
+
+
+def test_other_schema_version_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    path = db_path(tmp_path)
+    store = Store(url_of(path))
+    put_agents(store, Agent("a1", cpu(4)))
+    add(store, new_session(name="old"))
+    store.close()
+    sql(path, "UPDATE bai_meta SET value = '99' WHERE key = 'schema_version'")
+    before_bytes, before_rows = path.read_bytes(), table_rows(path)
+
+    with pytest.raises(StoreVersionError) as info:
+        Store(url_of(path))
+    message = str(info.value)
+    assert "99" in message
+    assert str(SCHEMA_VERSION) in message
+    assert "nothing was changed" in message
+    assert path.read_bytes() == before_bytes
+    assert table_rows(path) == before_rows
+    # Still refused the second time: the first attempt did not "repair" anything.
+    with pytest.raises(StoreVersionError):
+        Store(url_of(path))
+
+
+def test_other_schema_version_in_rollback_journal_file_is_left_byte_identical(
+    tmp_path: Path,
+) -> None:
+    """A store of another version that is not in WAL mode must not be touched either.
+
+    Opening switches ``journal_mode`` to WAL on connect, before the version
+    check, so the header of a non-WAL file is rewritten although the error says
+    "nothing was changed".
+    """
+    path = db_path(tmp_path)
+    Store(url_of(path)).close()
+    sql(path, "UPDATE bai_meta SET value = '99'")
+    assert sql(path, "PRAGMA journal_mode=DELETE") == [("delete",)]
+    before = path.read_bytes()
+
+    with pytest.raises(StoreVersionError, match="nothing was changed"):
+        Store(url_of(path))
+    assert sql(path, "PRAGMA journal_mode") == [("delete",)]
+    assert path.read_bytes() == before
+
+
+def test_bai_tables_without_meta_are_an_error(tmp_path: Path) -> None:
+    path = db_path(tmp_path)
+    sql(path, "CREATE TABLE bai_sessions (id TEXT PRIMARY KEY)")
+    with pytest.raises(StoreError, match="no schema version") as info:
+        Store(url_of(path))
+    assert not isinstance(info.value, StoreVersionError)
+    tables = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables == {"bai_sessions"}
+
+
+def test_tables_of_another_app_are_left_alone(tmp_path: Path) -> None:
+    path = db_path(tmp_path)
+    sql(path, "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+    sql(path, "INSERT INTO notes (text) VALUES ('theirs'), ('also theirs')")
+    schema = sql(path, "SELECT sql FROM sqlite_master WHERE name = 'notes'")
+
+    store = Store(url_of(path))
+    put_agents(store, Agent("a1", cpu(2)))
+    store.close()
+    Store(url_of(path)).close()  # and it opens again
+
+    tables = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables >= OUR_TABLES | {"notes"}
+    assert sql(path, "SELECT * FROM notes ORDER BY id") == [(1, "theirs"), (2, "also theirs")]
+    assert sql(path, "SELECT sql FROM sqlite_master WHERE name = 'notes'") == schema
+
+
+def test_default_url_is_in_the_jupyter_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))
+    expected = tmp_path / "bai_jupyter" / "store.sqlite"
+    assert default_url() == f"sqlite:///{expected}"
+    assert expected.parent.is_dir()
+
+    store = Store()
+    try:
+        assert store.url == f"sqlite:///{expected}"
+        put_agents(store, Agent("a1", cpu(1)))
+    finally:
+        store.close()
+    assert expected.is_file()
+    assert sql(expected, "SELECT id FROM bai_agents") == [("a1",)]
+
+
+# --- sessions -------------------------------------------------------------------------------
+
+
+def test_session_round_trips_with_everything(store: Store) -> None:
+    spec = SessionSpec(
+        image="python:3.12",
+        name="train",
+        type=SessionType.BATCH,
+        resources=ResourceSlot({"cpu": "0.5", "mem": "512m"}),
+        cluster_size=3,
+        cluster_mode=ClusterMode.MULTI_NODE,
+        resource_group="gpu",
+        priority=42,
+        starts_at=T0 + 0.25,
+        startup_command="python train.py",
+        batch_timeout=60.0,
+        env={"FOO": "1"},
+        mounts=["data"],
+        service_ports=["tensorboard:http:6006"],
+    )
+    put_agents(store, Agent("a1", cpu(4, "4g"), resource_group="gpu"))
+    session = Session.create(spec, "alice", T0)
+    add(store, session)
+    assert get(store, session.id) == session
+
+    with store.edit(session.id) as editing:
+        schedule_on(editing, "a1", T0 + 1)
+        editing.status_data = {"scheduler": {"retries": 2, "msg": "ok"}, "note": [1, "two"]}
+    with store.edit(session.id) as editing:
+        for kernel in editing.kernels:
+            kernel.container_id = f"c-{kernel.hostname}"
+        end(editing, T0 + 2, exit_code=3)
+        expected = copy.deepcopy(editing)
+
+    loaded = get(store, session.id)
+    assert loaded == expected
+    assert [k.hostname for k in loaded.kernels] == ["main1", "sub1", "sub2"]
+    assert loaded.kernels[0].id == session.id
+    assert loaded.result is SessionResult.FAILURE
+    assert loaded.exit_code == 3
+    assert loaded.status_data == {"scheduler": {"retries": 2, "msg": "ok"}, "note": [1, "two"]}
+    assert [(h.status, h.at) for h in loaded.status_history] == [
+        (Status.PENDING, T0),
+        (Status.SCHEDULED, T0 + 1),
+        (Status.TERMINATING, T0 + 2),
+        (Status.TERMINATED, T0 + 3),
+    ]
+    assert loaded.status_history[-1].info == "user-requested"
+    assert loaded.spec == spec
+
+
+def test_list_sessions_filters_and_is_oldest_first(store: Store) -> None:
+    a1 = new_session("alice", at=T0 + 3)
+    a2 = new_session("alice", group="gpu", at=T0 + 1)
+    b1 = new_session("bob", at=T0 + 2)
+    add(store, a1, a2, b1)
+    with store.edit(b1.id) as editing:
+        for kernel in editing.kernels:
+            kernel.set_status(Status.CANCELLED)
+        editing.set_status(Status.CANCELLED, T0 + 5, "user-requested")
+
+    def ids(**filters: Any) -> list[str]:
+        with store.read() as tx:
+            return [s.id for s in tx.list_sessions(**filters)]
+
+    assert ids() == [a2.id, b1.id, a1.id]
+    assert ids(owner="alice") == [a2.id, a1.id]
+    assert ids(owner="carol") == []
+    assert ids(statuses=[Status.PENDING]) == [a2.id, a1.id]
+    assert ids(statuses=[Status.CANCELLED, Status.TERMINATED]) == [b1.id]
+    assert ids(resource_group="gpu") == [a2.id]
+    assert ids(owner="alice", statuses=[Status.PENDING], resource_group="default") == [a1.id]
+    with store.read() as tx:
+        without = tx.list_sessions(owner="bob", history=False)
+    assert without[0].status_history == []
+
+
+def test_get_session_by_id_and_by_name_for_an_owner(store: Store) -> None:
+    ended = new_session("alice", name="nb", at=T0)
+    add(store, ended)
+    with store.edit(ended.id) as editing:
+        for kernel in editing.kernels:
+            kernel.set_status(Status.CANCELLED)
+        editing.set_status(Status.CANCELLED, T0 + 1)
+    live = new_session("alice", name="nb", at=T0 + 2)
+    bobs = new_session("bob", name="other", at=T0 + 3)
+    add(store, live, bobs)
+
+    assert get(store, live.id).owner == "alice"
+    assert get(store, live.id, owner="alice").id == live.id
+    assert get(store, "nb", owner="alice").id == live.id  # the live one wins over the ended
+    assert get(store, "other", owner="bob").id == bobs.id
+    with store.read() as tx:
+        assert tx.get_session(live.id, owner="bob") is None  # not bob's
+        assert tx.get_session("other", owner="alice") is None
+        assert tx.get_session("nb") is None  # names need an owner
+        assert tx.get_session("0" * 32) is None
+
+
+def test_a_second_live_session_with_the_same_name_conflicts(store: Store) -> None:
+    first = new_session("alice", name="nb")
+    add(store, first)
+    with pytest.raises(NameConflict, match="nb"):
+        add(store, new_session("alice", name="nb", at=T0 + 1))
+    with store.read() as tx:
+        assert [s.id for s in tx.list_sessions()] == [first.id]
+
+    add(store, new_session("bob", name="nb", at=T0 + 2))  # another owner: fine
+    with store.edit(first.id) as editing:
+        for kernel in editing.kernels:
+            kernel.set_status(Status.CANCELLED)
+        editing.set_status(Status.CANCELLED, T0 + 3)
+    again = new_session("alice", name="nb", at=T0 + 4)
+    add(store, again)  # the first one ended: fine
+    assert get(store, "nb", owner="alice").id == again.id
+    with pytest.raises(NameConflict):
+        add(store, new_session("alice", name="nb", at=T0 + 5))
+
+
+# --- slots follow kernel states -------------------------------------------------------------
+
+
+def test_edit_reserves_and_releases_slots(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(8, "8g")), Agent("a2", cpu(8, "8g")))
+    session = new_session(resources=cpu(2, "1g"), size=2)
+    add(store, session)
+    assert agents_by_id(store)["a1"].occupied == ResourceSlot()
+
+    with store.edit(session.id) as editing:
+        schedule_on(editing, "a1", T0 + 1)
+    assert agents_by_id(store)["a1"].occupied == cpu(4, "2g")
+    assert agents_by_id(store)["a2"].occupied == ResourceSlot()
+
+    with store.edit(session.id) as editing:  # still occupying: no change
+        for kernel in editing.kernels:
+            kernel.set_status(Status.PREPARING)
+        editing.sync_status(T0 + 2)
+    assert agents_by_id(store)["a1"].occupied == cpu(4, "2g")
+
+    with store.edit(session.id) as editing:  # one kernel fails: its slots come back
+        editing.kernels[1].set_status(Status.ERROR, "failed-to-start")
+        editing.sync_status(T0 + 3)
+    assert get(store, session.id).status is Status.ERROR
+    assert agents_by_id(store)["a1"].occupied == cpu(2, "1g")
+
+    with store.edit(session.id) as editing:
+        editing.kernels[0].set_status(Status.TERMINATING)  # still holds its slots
+    assert agents_by_id(store)["a1"].occupied == cpu(2, "1g")
+    with store.edit(session.id) as editing:
+        editing.kernels[0].set_status(Status.TERMINATED)
+        editing.kernels[1].set_status(Status.TERMINATED)
+        editing.sync_status(T0 + 4)
+    assert agents_by_id(store)["a1"].occupied == ResourceSlot()
+    assert get(store, session.id).status is Status.TERMINATED
+
+
+def test_illegal_transition_in_edit_writes_nothing(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(4)))
+    session = new_session(resources=cpu(2))
+    add(store, session)
+    before = get(store, session.id)
+
+    with (
+        pytest.raises(IllegalTransition, match="SCHEDULED → RUNNING"),
+        store.edit(session.id) as editing,
+    ):
+        editing.status_data = {"touched": True}
+        schedule_on(editing, "a1", T0 + 1)  # legal, and would reserve slots …
+        editing.set_status(Status.RUNNING, T0 + 2)  # … but SCHEDULED → RUNNING is not
+    assert get(store, session.id) == before
+    assert agents_by_id(store)["a1"].occupied == ResourceSlot()
+
+    with pytest.raises(IllegalTransition), store.edit(session.id) as editing:
+        editing.kernels[0].set_status(Status.TERMINATED)  # PENDING → TERMINATED
+    assert get(store, session.id) == before
+
+
+def test_edit_of_an_unknown_session_raises_key_error(store: Store) -> None:
+    with pytest.raises(KeyError), store.edit("0" * 32):
+        pass  # pragma: no cover - never entered
+
+
+def test_put_agent_recomputes_occupied_from_its_kernels(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(4, "4g")), Agent("a2", cpu(4, "4g")))
+    held, done, elsewhere = (new_session(resources=cpu(1, "1g"), size=2) for _ in range(3))
+    add(store, held, done, elsewhere)
+    for session, agent_id in ((held, "a1"), (done, "a1"), (elsewhere, "a2")):
+        with store.edit(session.id) as editing:
+            schedule_on(editing, agent_id, T0 + 1)
+    with store.edit(done.id) as editing:
+        end(editing, T0 + 2)
+
+    # Re-register a1 with a bogus occupied and a new capacity: occupied comes from its kernels.
+    put_agents(store, Agent("a1", cpu(6, "8g"), occupied=cpu(5), address="tcp://a1"))
+    agent = agents_by_id(store)["a1"]
+    assert agent.capacity == cpu(6, "8g")
+    assert agent.address == "tcp://a1"
+    assert agent.occupied == cpu(2, "2g")
+    assert agents_by_id(store)["a2"].occupied == cpu(2, "2g")
+
+    # Removed and registered again (an agent restart): its reservations are found again.
+    with store.write() as tx:
+        tx.remove_agent("a2")
+    assert list(agents_by_id(store)) == ["a1"]
+    put_agents(store, Agent("a2", cpu(4, "4g")))
+    assert agents_by_id(store)["a2"].occupied == cpu(2, "2g")
+
+
+# --- templates ------------------------------------------------------------------------------
+
+
+def test_templates_shared_and_per_owner(store: Store) -> None:
+    shared = Template("gpu", {"resources": {"cpu": 4}}, "shared GPU box")
+    own = Template("gpu", {"resources": {"cpu": 1}, "env": {"A": "1"}}, "mine", owner="alice")
+    only_bob = Template("tiny", {"cluster_size": 1}, owner="bob")
+    with store.write() as tx:
+        for template in (shared, own, only_bob):
+            tx.put_template(template)
+
+    with store.read() as tx:
+        assert tx.get_template("gpu") == shared
+        assert tx.get_template("gpu", owner="alice") == own  # her own shadows the shared
+        assert tx.get_template("gpu", owner="bob") == shared
+        assert tx.get_template("tiny", owner="bob") == only_bob
+        assert tx.get_template("tiny", owner="alice") is None
+        assert tx.get_template("tiny") is None
+        assert tx.list_templates(owner="alice") == [shared, own]
+        assert tx.list_templates(owner="carol") == [shared]
+        assert tx.list_templates() == [shared, own, only_bob]
+
+    updated = Template("gpu", {"resources": {"cpu": 2}}, "mine, v2", owner="alice")
+    with store.write() as tx:
+        tx.put_template(updated)  # replaces, does not duplicate
+    with store.read() as tx:
+        assert tx.get_template("gpu", owner="alice") == updated
+        assert len(tx.list_templates(owner="alice")) == 2
+
+    with store.write() as tx:
+        assert tx.delete_template("gpu", owner="alice") is True
+        assert tx.delete_template("gpu", owner="alice") is False
+    with store.read() as tx:
+        assert tx.get_template("gpu", owner="alice") == shared  # the shared one shows again
+    with store.write() as tx:
+        assert tx.delete_template("gpu") is True
+    with store.read() as tx:
+        assert tx.get_template("gpu", owner="alice") is None
+        assert tx.list_templates() == [only_bob]
