@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import __version__
+from . import __version__, image
 from .scheduler.simulator import (
     METRICS_HELP,
     Overrides,
@@ -94,6 +94,12 @@ Exit status 2 and one line on stderr for a malformed trace."""
 # ---------------------------------------------------------------------------
 
 SUBCOMMANDS: dict[str, Subcommand] = {
+    "image": Subcommand(
+        help="build or inspect the default kernel image",
+        description=image.IMAGE_DESCRIPTION,
+        configure=image.configure_cli,
+        run=image.run_cli,
+    ),
     "simulate": Subcommand(
         help="replay a session trace under a simulated clock",
         description=_SIMULATE_DESCRIPTION,

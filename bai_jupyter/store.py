@@ -13,6 +13,7 @@ The store is synchronous; async callers run it through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import copy
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -166,6 +167,8 @@ def _make_engine(url: str) -> Engine:
         # Let SQLAlchemy, not pysqlite, decide when transactions begin (see _on_begin).
         dbapi_conn.isolation_level = None
         dbapi_conn.execute("PRAGMA foreign_keys=ON")
+        # With WAL, NORMAL loses no committed data when a process crashes (only on power loss).
+        dbapi_conn.execute("PRAGMA synchronous=NORMAL")
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -577,7 +580,11 @@ class Store:
                     )
                 metadata.create_all(conn)
                 conn.execute(
-                    sa.insert(meta_table), [{"key": "schema_version", "value": str(SCHEMA_VERSION)}]
+                    sa.insert(meta_table),
+                    [
+                        {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+                        {"key": "store_id", "value": uuid.uuid4().hex},
+                    ],
                 )
             row = conn.execute(
                 sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
@@ -589,6 +596,11 @@ class Store:
                     f"reads version {SCHEMA_VERSION}; use the bai-jupyter release that wrote it "
                     "or point the store URL elsewhere (nothing was changed)"
                 )
+            row = conn.execute(
+                sa.select(meta_table.c.value).where(meta_table.c.key == "store_id")
+            ).first()
+            #: Tells this store's kernels from other stores' on a shared engine.
+            self.id: str = row.value if row else ""
 
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in _NO_FILE:
             # WAL: readers and the writer stop blocking each other. Set only once the

@@ -43,7 +43,7 @@ def make_snapshot(sessions: int, agents: int, seed: int = 7) -> Snapshot:
         cap = ResourceSlot({"cpu": 64, "mem": "256g", **({"cuda.device": 8} if gpu else {})})
         used = rng.choice([0, 8, 16, 32])
         occupied = ResourceSlot({"cpu": used, "mem": f"{used}g"})
-        pool += [Agent(f"agent-{i:03d}-{c:03d}", cap, occupied) for c in range(copies)]
+        pool += [Agent(f"agent-{c:03d}-{i:03d}", cap, occupied) for c in range(copies)]
     pending = []
     for i in range(unit_sessions * max(1, sessions // (unit_sessions * copies))):
         cpu, mem = rng.choice(SHAPES)

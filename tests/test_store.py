@@ -142,9 +142,14 @@ def end(session: Session, now: float, exit_code: int | None = None) -> None:
 
 def test_new_store_records_schema_version(tmp_path: Path) -> None:
     path = db_path(tmp_path)
-    Store(url_of(path)).close()
+    store = Store(url_of(path))
+    store.close()
     assert SCHEMA_VERSION == 1
-    assert sql(path, "SELECT key, value FROM bai_meta") == [("schema_version", "1")]
+    assert dict(sql(path, "SELECT key, value FROM bai_meta")) == {
+        "schema_version": "1",
+        "store_id": store.id,
+    }
+    assert len(store.id) == 32
     names = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
     assert names >= OUR_TABLES | {"bai_status_history"}
 
@@ -161,9 +166,11 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
     try:
         assert list(agents_by_id(second)) == ["a1"]
         assert get(second, session.id) == session
+        assert second.id == first.id  # the same store keeps its identity
     finally:
         second.close()
-    assert sql(db_path(tmp_path), "SELECT value FROM bai_meta") == [("1",)]
+    version = "SELECT value FROM bai_meta WHERE key = 'schema_version'"
+    assert sql(db_path(tmp_path), version) == [("1",)]
 
 
 def test_other_schema_version_is_refused_and_nothing_changes(tmp_path: Path) -> None:

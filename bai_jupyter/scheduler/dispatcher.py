@@ -10,6 +10,7 @@ transaction, so reservations are atomic with the state change.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -182,7 +183,27 @@ def schedule(
     selector: AgentSelector,
     now: float,
 ) -> PassResult:
-    """Decide which pending sessions start now and on which agents."""
+    """Decide which pending sessions start now and on which agents.
+
+    The cyclic garbage collector is paused meanwhile: a pass makes no cycles, and
+    full collections over a large queue would make its time grow faster than the queue.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _schedule(snapshot, config, sequencer, selector, now)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _schedule(
+    snapshot: Snapshot,
+    config: SchedulerConfig,
+    sequencer: Sequencer,
+    selector: AgentSelector,
+    now: float,
+) -> PassResult:
     pool = AgentPool(snapshot.agents, _smallest_kernel(snapshot.pending))
     ctx = PassContext(now, config, snapshot, pool.capacity)
     result = PassResult()

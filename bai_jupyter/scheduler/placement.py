@@ -17,6 +17,8 @@ from ..model import Agent, ClusterMode, SessionSpec
 from ..resources import DEVICE_SLOTS, KNOWN_SLOTS, ResourceSlot, format_amount
 
 Vector = tuple[Decimal, ...]
+#: Agents per block in a partition's id order: a scan skips a block none of whose agents fits.
+BLOCK = 32
 
 
 def fits(request: Vector, free: Vector) -> bool:
@@ -56,7 +58,11 @@ class Partition:
     devices: frozenset[str]
     #: (free vector, agent id), sorted: bisect finds the first agent with enough of slot 0.
     entries: list[tuple[Vector, str]] = field(default_factory=list)
+    #: Every agent id in order (retired ones too), in blocks of BLOCK for skipping.
     ids: list[str] = field(default_factory=list)
+    position: dict[str, int] = field(default_factory=dict)
+    #: Per block, the component-wise most any of its agents has free (None: recompute).
+    block_max: list[Vector | None] = field(default_factory=list)
 
 
 class AgentPool:
@@ -79,21 +85,19 @@ class AgentPool:
             self.agents[agent.id] = state
             part = self.partitions.setdefault(devices, Partition(devices))
             part.entries.append((state.free_vector, agent.id))
+            part.position[agent.id] = len(part.ids)
             part.ids.append(agent.id)
         for part in self.partitions.values():
             part.entries.sort()
+            part.block_max = [None] * -(-len(part.ids) // BLOCK)
         self.capacity = ResourceSlot._exact(
             {
                 s: sum((a.capacity.get_amount(s) for a in self.agents.values()), Decimal(0))
                 for s in self.slots
             }
         )
-        self._heaps: list[list[tuple[Decimal, str]]] = [
-            [(-a.free_vector[i], a.id) for a in self.agents.values()]
-            for i in range(len(self.slots))
-        ]
-        for heap in self._heaps:
-            heapq.heapify(heap)
+        #: Max-heaps of free amounts per slot, built on the first max_free() call.
+        self._heaps: list[list[tuple[Decimal, str]]] | None = None
 
     def vector(self, slots: ResourceSlot) -> Vector:
         return tuple(slots.get_amount(s) for s in self.slots)
@@ -128,16 +132,12 @@ class AgentPool:
         state.free_vector = new_free
         # An agent that cannot hold even the smallest pending kernel leaves the index.
         state.retired = self.floor is not None and not fits(self.floor, new_free)
-        if state.retired:
-            index = bisect_left(part.ids, agent_id)
-            if index < len(part.ids) and part.ids[index] == agent_id:
-                del part.ids[index]
-        else:
+        if not state.retired:
             insort(part.entries, (new_free, agent_id))
-            if agent_id not in part.ids:
-                insort(part.ids, agent_id)
-        for heap, amount in zip(self._heaps, new_free):
-            heapq.heappush(heap, (-amount, agent_id))
+        part.block_max[part.position[agent_id] // BLOCK] = None
+        if self._heaps is not None:
+            for heap, amount in zip(self._heaps, new_free):
+                heapq.heappush(heap, (-amount, agent_id))
 
     def max_free(self) -> Vector:
         """Per slot, the most any single agent has free right now.
@@ -146,11 +146,27 @@ class AgentPool:
         agent's new amount, and stale tops are dropped when read.
         """
         result = []
+        if self._heaps is None:
+            self._heaps = [
+                [(-a.free_vector[i], a.id) for a in self.agents.values()]
+                for i in range(len(self.slots))
+            ]
+            for heap in self._heaps:
+                heapq.heapify(heap)
         for index, heap in enumerate(self._heaps):
             while heap and self.agents[heap[0][1]].free_vector[index] != -heap[0][0]:
                 heapq.heappop(heap)
             result.append(-heap[0][0] if heap else Decimal(0))
         return tuple(result)
+
+    def block_max(self, part: Partition, block: int) -> Vector:
+        """The most any agent in ``block`` of ``part`` has free, per slot (cached)."""
+        cached = part.block_max[block]
+        if cached is None:
+            members = [self.agents[i].free_vector for i in part.ids[block * BLOCK :][:BLOCK]]
+            cached = tuple(map(max, zip(*members)))
+            part.block_max[block] = cached
+        return cached
 
     def fitting(self, part: Partition, request: Vector) -> Iterator[AgentState]:
         """Agents of ``part`` that fit ``request``, in ascending order of free resources."""

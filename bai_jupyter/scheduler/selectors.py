@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from .config import OptionParser, parse_options
-from .placement import AgentPool, AgentState, Partition, Vector, fits
+from .placement import BLOCK, AgentPool, AgentState, Partition, Vector, fits
 
 
 class AgentSelector:
@@ -80,12 +80,21 @@ class RoundRobinSelector(AgentSelector):
         return min(candidates, key=lambda a: a.id)
 
     def choose(self, pool: AgentPool, partition: Partition, request: Vector) -> AgentState | None:
-        ids = partition.ids
+        ids, count = partition.ids, len(partition.ids)
         last = self._last.get(partition.devices)
-        start = 0 if last is None else bisect_right(ids, last)
-        for step in range(len(ids)):
-            agent = pool.agents[ids[(start + step) % len(ids)]]
-            if fits(request, agent.free_vector):
+        index = 0 if last is None or not count else bisect_right(ids, last) % count
+        steps = 0
+        while steps < count:
+            if index % BLOCK == 0:  # a whole block ahead: skip it when none of it fits
+                end = min(index + BLOCK, count)
+                if not fits(request, pool.block_max(partition, index // BLOCK)):
+                    steps += end - index
+                    index = end % count
+                    continue
+            agent = pool.agents[ids[index]]
+            if not agent.retired and fits(request, agent.free_vector):
                 self._last[partition.devices] = agent.id
                 return agent
+            steps += 1
+            index = (index + 1) % count
         return None

@@ -1,0 +1,117 @@
+"""What an agent does for the manager: start, watch, inspect and remove kernels.
+
+Agents never touch the store: the manager decides, writes the decision, then
+asks the agent to act, and turns the agent's :class:`KernelEvent` reports into
+state changes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..cluster import KernelPlan
+from ..resources import ResourceSlot
+
+
+class AgentError(RuntimeError):
+    """An agent could not do what it was asked; the message says what and why."""
+
+
+class KernelEventKind(str, Enum):
+    EXITED = "exited"  # the kernel's main process ended by itself (exit_code set)
+    OOM_KILLED = "oom-killed"  # the kernel hit its memory limit
+    GONE = "gone"  # the kernel was removed or killed from outside
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """Something happened to a kernel that the manager did not ask for."""
+
+    kind: KernelEventKind
+    session_id: str
+    kernel_id: str
+    exit_code: int | None = None
+    #: Extra facts, e.g. ``{"task_timeout": True}`` when a batch hit its time limit.
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelStarted:
+    """Where a started kernel can be reached from the manager's side."""
+
+    kernel_id: str
+    container_id: str
+    #: Host-side address of the kernel's Jupyter ports / service ports, if any.
+    host: str = "127.0.0.1"
+    ports: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LiveKernel:
+    """A kernel the agent has right now (for reconciliation after a restart)."""
+
+    session_id: str
+    kernel_id: str
+    container_id: str
+    running: bool
+    #: Set once the kernel's main process has ended.
+    exit_code: int | None = None
+    #: The plan's labels (session, kernel, the store that owns it).
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    output: str
+
+
+class AgentBackend(abc.ABC):
+    """One node that runs kernels."""
+
+    #: ``docker`` or ``local``.
+    backend: str = ""
+
+    def __init__(self, agent_id: str, resource_group: str = "default") -> None:
+        self.id = agent_id
+        self.resource_group = resource_group
+
+    @abc.abstractmethod
+    async def capacity(self) -> ResourceSlot:
+        """What kernels may use on this node in all."""
+
+    @abc.abstractmethod
+    async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
+        """Start the session's kernels placed here, concurrently; all or nothing."""
+
+    @abc.abstractmethod
+    async def destroy_session(self, session_id: str) -> None:
+        """Remove every kernel and resource of the session here; idempotent."""
+
+    @abc.abstractmethod
+    async def logs(self, kernel_id: str) -> str:
+        """The kernel's output so far (stdout and stderr)."""
+
+    @abc.abstractmethod
+    async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
+        """Run a command in a running kernel and collect its output."""
+
+    @abc.abstractmethod
+    async def signal(self, kernel_id: str, signum: int) -> None:
+        """Send a signal to the kernel's runtime (it forwards INT/HUP to the ipykernel)."""
+
+    @abc.abstractmethod
+    async def live_kernels(self) -> list[LiveKernel]:
+        """Every kernel of ours this agent has, running or not."""
+
+    @abc.abstractmethod
+    def events(self) -> AsyncIterator[KernelEvent]:
+        """Kernel exits and OOM kills as they happen, until :meth:`close`."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop watching; kernels keep running."""

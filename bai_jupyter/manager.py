@@ -1,0 +1,786 @@
+"""The session manager: the one async service every front end calls.
+
+It validates requests, enqueues them in the store, runs the scheduling loop
+(a pass on every enqueue, every termination and every ``pass_interval``),
+drives the agents through PREPARING … RUNNING … TERMINATED, and turns kernel
+events into state changes. Every transition is written to the store before the
+manager acts on it, so a restarted manager finds and reconciles every session.
+Store and engine calls run in threads: nothing here blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from traitlets import Dict, Enum, Float, Int, List, Unicode
+from traitlets.config import LoggingConfigurable
+
+from .agents.base import (
+    AgentBackend,
+    AgentError,
+    ExecResult,
+    KernelEvent,
+    KernelEventKind,
+    KernelStarted,
+)
+from .cluster import (
+    LABEL_SCOPE,
+    KernelPlan,
+    bootstrap,
+    generate_ssh_keys,
+    kernel_environ,
+    labels,
+    parse_mount,
+)
+from .errors import Conflict, InvalidRequest, NotFound, Timeout, Unavailable
+from .model import (
+    TRANSITIONS,
+    Agent,
+    IllegalTransition,
+    KernelRole,
+    Session,
+    SessionType,
+    Status,
+)
+from .resources import ResourceError, ResourceSlot
+from .scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
+from .scheduler.queue import NeverFits, UnknownDependency, enqueue, run_pass
+from .scheduler.selectors import AgentSelector
+from .scheduler.sequencers import Sequencer
+from .store import NameConflict, Store, Transaction
+from .templates import SpecError, apply_template
+
+T = TypeVar("T")
+
+_CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+_READY_LINE = "bai-runtime: ready"
+_STARTING = {Status.SCHEDULED, Status.PREPARING, Status.PULLING, Status.PREPARED, Status.CREATING}
+_ACTIVE = {Status.RUNNING, Status.RESTARTING}
+#: Kept logs are cut to their last this-many characters.
+_LOG_LIMIT = 1 << 20
+
+
+def _move(session: Session, status: Status, now: float, info: str | None = None) -> None:
+    """Move a session and, where the table allows, its kernels to ``status``."""
+    for kernel in session.kernels:
+        if kernel.status is not status and status in TRANSITIONS[kernel.status]:
+            kernel.set_status(status, info)
+    session.set_status(status, now, info)
+
+
+class SessionManager(LoggingConfigurable):
+    """Sessions for one Jupyter server, a JupyterHub, or a command-line tool."""
+
+    store_url = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="SQLAlchemy URL of the store; default: a SQLite file in the Jupyter data dir.",
+    )
+    backend = Enum(
+        ["auto", "docker", "local"],
+        "auto",
+        config=True,
+        help="Kernels run in Docker ('docker'), as local processes ('local'), or Docker "
+        "when an engine answers, else local ('auto'). Ignored when `agents` is set.",
+    )
+    agents = List(
+        Dict(),
+        config=True,
+        help="Agents, each {'id', 'backend': 'docker'|'local', 'endpoint' (Docker URL), "
+        "'resource_group', 'capacity': {slot: amount}, 'reserve': {slot: amount}}. "
+        "Empty: one agent chosen by `backend`.",
+    )
+    resource_groups = Dict(
+        {"default": {"sequencer": "fifo", "selector": "concentrated", "options": {}}},
+        config=True,
+        help="Resource groups: name → {'sequencer', 'selector', 'options'} "
+        "(see docs/scheduler.md).",
+    )
+    default_image = Unicode(
+        "bai-jupyter/python:3.11",
+        config=True,
+        help="Kernel image for requests that name none (build it: `bai-jupyter image build`).",
+    )
+    data_folders_root = Unicode(
+        "",
+        config=True,
+        help="Where named data folders live (<root>/<owner>/<name>); "
+        "default: <jupyter data dir>/bai_jupyter/folders.",
+    )
+    local_kernels_dir = Unicode(
+        "",
+        config=True,
+        help="Where the local backend keeps its kernels' working dirs and logs; "
+        "default: <jupyter runtime dir>/bai_jupyter/local-kernels.",
+    )
+    pass_interval = Float(5.0, config=True, help="Seconds between periodic scheduling passes.")
+    start_timeout = Float(
+        120.0, config=True, help="Seconds an agent may take to start a session's kernels."
+    )
+    log_limit = Int(
+        _LOG_LIMIT, config=True, help="Characters of each kernel's log kept after it ends."
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.store: Store | None = None
+        self._agents: dict[str, AgentBackend] = {}
+        self._groups: dict[str, tuple[SchedulerConfig, Sequencer, AgentSelector]] = {}
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        self._started = False
+
+    # --- lifecycle of the manager -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store, register agents, reconcile, and start the scheduling loop."""
+        if self._started:
+            return
+        groups: dict[str, dict[str, Any]] = dict(self.resource_groups)
+        for name, conf in groups.items():
+            try:
+                config = SchedulerConfig.from_options(
+                    conf.get("sequencer", "fifo"),
+                    conf.get("selector", "concentrated"),
+                    dict(conf.get("options") or {}),
+                )
+                self._groups[name] = (config, *load_plugins(config))
+            except SchedulerConfigError as exc:
+                raise InvalidRequest(f"resource group {name!r}: {exc}") from exc
+        self.store = await asyncio.to_thread(Store, self.store_url)
+        for agent in await self._make_agents():
+            self._agents[agent.id] = agent
+            capacity = await agent.capacity()
+            record = Agent(
+                agent.id, capacity, resource_group=agent.resource_group, backend=agent.backend
+            )
+            await self._db(partial(Transaction.put_agent, agent=record))
+        await self._reconcile()
+        for agent in self._agents.values():
+            self._spawn(self._watch(agent))
+        self._spawn(self._scheduler_loop())
+        self._started = True
+        self.wake()
+
+    async def stop(self) -> None:
+        """Stop the loops and watchers; sessions keep running and are found again on start."""
+        self._started = False
+        for agent in self._agents.values():
+            await agent.close()  # ends their event streams
+        tasks = builtins.list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=10)
+            for task in stuck:
+                self.log.warning("bai-jupyter: task did not stop: %r", task)
+        self._agents.clear()
+        if self.store is not None:
+            self.store.close()
+
+    async def _make_agents(self) -> builtins.list[AgentBackend]:
+        from .agents.docker import DockerAgent
+        from .agents.local import LocalAgent
+
+        def slots(value: Any) -> ResourceSlot | None:
+            return None if value is None else ResourceSlot(value)
+
+        made: builtins.list[AgentBackend] = []
+        configured: builtins.list[dict[str, Any]] = builtins.list(self.agents)
+        for conf in configured:
+            kind = conf.get("backend", "docker")
+            common = {
+                "agent_id": conf.get("id") or f"{kind}-{len(made) + 1}",
+                "resource_group": conf.get("resource_group", "default"),
+                "capacity": slots(conf.get("capacity")),
+            }
+            if conf.get("reserve") is not None:
+                common["reserve"] = ResourceSlot(conf["reserve"])
+            if kind == "docker":
+                made.append(DockerAgent(endpoint=conf.get("endpoint"), **common))
+            elif kind == "local":
+                made.append(LocalAgent(root=self._local_root(), **common))
+            else:
+                raise InvalidRequest(f"agents: unknown backend {kind!r} (use docker or local)")
+        if made:
+            return made
+        if self.backend != "local" and await DockerAgent.engine_answers(None):
+            self.log.info("bai-jupyter: kernels run in Docker (the local engine answered)")
+            return [DockerAgent("docker")]
+        if self.backend == "docker":
+            raise Unavailable("backend 'docker' is configured but no Docker engine answers")
+        self.log.warning(
+            "bai-jupyter: no Docker engine answered; kernels run as local processes "
+            "(no isolation, no SSH, no resource limits)"
+        )
+        return [LocalAgent("local", root=self._local_root())]
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def wake(self) -> None:
+        """Ask for a scheduling pass now."""
+        self._wake.set()
+
+    # --- store access -----------------------------------------------------------------------
+
+    def _store(self) -> Store:
+        if self.store is None:
+            raise Unavailable("the session manager is not started")
+        return self.store
+
+    async def _db(self, fn: Callable[[Transaction], T]) -> T:
+        """Run ``fn(tx)`` in a write transaction, in a thread."""
+        store = self._store()
+
+        def run() -> T:
+            with store.write() as tx:
+                return fn(tx)
+
+        return await asyncio.to_thread(run)
+
+    async def _edit(self, session_id: str, change: Callable[[Session], None]) -> Session:
+        """Change a session in one transaction (validated by the lifecycle table), then tell."""
+        store = self._store()
+
+        def run() -> Session:
+            with store.edit(session_id) as session:
+                change(session)
+            return session
+
+        session = await asyncio.to_thread(run)
+        self._publish(session)
+        return session
+
+    async def _transition(
+        self, session_id: str, status: Status, info: str | None = None
+    ) -> Session:
+        return await self._edit(session_id, lambda s: _move(s, status, time.time(), info))
+
+    # --- events -------------------------------------------------------------------------------
+
+    def _publish(self, session: Session, **extra: Any) -> None:
+        event = {
+            "type": "session",
+            "session_id": session.id,
+            "name": session.name,
+            "owner": session.owner,
+            "status": session.status.value,
+            "status_info": session.status_info,
+            "kernels": {k.hostname: k.status.value for k in session.kernels},
+            "at": time.time(),
+            **extra,
+        }
+        for queue in list(self._subscribers):
+            if queue.full():
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()  # a slow reader loses the oldest, never blocks us
+            queue.put_nowait(event)
+
+    @contextlib.contextmanager
+    def _subscription(self) -> Iterator[asyncio.Queue[dict[str, Any]]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
+        self._subscribers.add(queue)
+        try:
+            yield queue
+        finally:
+            self._subscribers.discard(queue)
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Session status changes as they happen (until the caller stops iterating)."""
+        with self._subscription() as queue:
+            while True:
+                yield await queue.get()
+
+    # --- the public API -----------------------------------------------------------------------
+
+    async def create(
+        self,
+        request: Mapping[str, Any],
+        owner: str,
+        template: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Session:
+        """Validate a request (over a template), enqueue it, and return the PENDING session."""
+        store = self._store()
+        tmpl = None
+        if template is not None:
+            tmpl = await self._query(lambda tx: tx.get_template(template, owner))
+            if tmpl is None:
+                raise NotFound(f"no template named {template!r}")
+        try:
+            spec = apply_template(tmpl, request)
+        except (SpecError, ResourceError) as exc:
+            raise InvalidRequest(str(exc)) from exc
+        if spec.image is None:
+            spec.image = self.default_image
+        if spec.resource_group not in self._groups:
+            raise InvalidRequest(
+                f"resource_group: no group {spec.resource_group!r} "
+                f"(groups: {', '.join(sorted(self._groups))})"
+            )
+        for entry in spec.mounts:
+            try:
+                parse_mount(entry, owner, self._folders_root())
+            except ValueError as exc:
+                raise InvalidRequest(f"mounts: {exc}") from exc
+        spec.depends_on = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
+        session = Session.create(spec, owner, time.time())
+        session.meta = dict(meta or {})
+        try:
+            await asyncio.to_thread(enqueue, store, session)
+        except (NeverFits, UnknownDependency) as exc:
+            raise InvalidRequest(str(exc)) from exc
+        except NameConflict as exc:
+            raise Conflict(str(exc)) from exc
+        self._publish(session)
+        self.wake()
+        return session
+
+    async def _resolve_id(self, key: str, owner: str) -> str:
+        session = await self._query(lambda tx: tx.get_session(key, owner))
+        if session is None:
+            raise InvalidRequest(f"depends_on: {owner} has no session {key!r}")
+        return session.id
+
+    async def _query(self, fn: Callable[[Transaction], T]) -> T:
+        """Run ``fn(tx)`` in a read transaction, in a thread."""
+        store = self._store()
+
+        def run() -> T:
+            with store.read() as tx:
+                return fn(tx)
+
+        return await asyncio.to_thread(run)
+
+    async def get(self, key: str, owner: str | None = None) -> Session:
+        """A session by id or by name (names need the owner); NotFound otherwise."""
+        session = await self._query(lambda tx: tx.get_session(key, owner))
+        if session is None:
+            raise NotFound(f"no session {key!r}" + (f" of {owner}" if owner else ""))
+        return session
+
+    async def list(
+        self, owner: str | None = None, statuses: Iterable[Status] | None = None
+    ) -> builtins.list[Session]:
+        """Sessions, oldest first, of one owner (or everyone's) in the given statuses."""
+        wanted = None if statuses is None else builtins.list(statuses)
+        return await self._query(lambda tx: tx.list_sessions(owner=owner, statuses=wanted))
+
+    async def destroy(
+        self, key: str, owner: str | None = None, reason: str = "user-requested"
+    ) -> Session:
+        """Cancel a pending session, or terminate a starting or running one."""
+        session = await self.get(key, owner)
+        if session.status is Status.PENDING:
+            try:
+                session = await self._transition(session.id, Status.CANCELLED, reason)
+            except IllegalTransition:
+                session = await self.get(session.id)  # scheduled meanwhile: terminate below
+            else:
+                self.wake()
+                return session
+        if session.status.is_terminal or session.status is Status.TERMINATING:
+            return session
+        session = await self._transition(session.id, Status.TERMINATING, reason)
+        return await self._teardown(session, Status.TERMINATED, reason)
+
+    async def _teardown(self, session: Session, final: Status, info: str | None) -> Session:
+        """Keep the logs, remove the kernels everywhere, then record ``final``."""
+        await self._keep_logs(session)
+        for agent_id in {k.agent_id for k in session.kernels if k.agent_id}:
+            agent = self._agents.get(agent_id)
+            if agent is not None:
+                try:
+                    await agent.destroy_session(session.id)
+                except AgentError as exc:
+                    self.log.warning("bai-jupyter: removing %s: %s", session.id, exc)
+        if session.status is not final:
+            session = await self._transition(session.id, final, info)
+        self.wake()
+        return session
+
+    async def _keep_logs(self, session: Session) -> None:
+        for kernel in session.kernels:
+            agent = self._agents.get(kernel.agent_id or "")
+            if agent is None or kernel.container_id is None:
+                continue
+            try:
+                text = await agent.logs(kernel.id)
+            except AgentError:
+                continue
+            kept = text[-self.log_limit :]
+            await self._db(partial(Transaction.save_logs, kernel_id=kernel.id, logs=kept))
+
+    async def wait_for(
+        self,
+        key: str,
+        statuses: Iterable[Status],
+        timeout: float | None = None,
+        owner: str | None = None,
+    ) -> Session:
+        """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise."""
+        wanted = set(statuses)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._subscription() as queue:
+            while True:
+                session = await self.get(key, owner)
+                if session.status in wanted or session.status.is_terminal:
+                    return session
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise Timeout(
+                        f"session {session.id} is still {session.status.value} after {timeout:g} s"
+                    )
+                # Wake on any event (cheap to re-read), and at least every second.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(queue.get(), min(left or 1.0, 1.0))
+
+    async def logs(self, key: str, kernel: str = "main1", owner: str | None = None) -> str:
+        """A kernel's output: live while it runs, kept in the store after it ends."""
+        session = await self.get(key, owner)
+        target = self._kernel(session, kernel)
+        kept = await self._query(lambda tx: tx.get_logs(target.id))
+        if kept is not None:
+            return kept
+        agent = self._agents.get(target.agent_id or "")
+        if agent is None or target.container_id is None:
+            return ""
+        try:
+            return await agent.logs(target.id)
+        except AgentError as exc:
+            raise Unavailable(str(exc)) from exc
+
+    async def exec(
+        self,
+        key: str,
+        command: builtins.list[str],
+        kernel: str = "main1",
+        owner: str | None = None,
+        timeout: float = 60,
+    ) -> ExecResult:
+        """Run a command in one kernel of a running session."""
+        session = await self.get(key, owner)
+        if session.status not in _ACTIVE:
+            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        target = self._kernel(session, kernel)
+        agent = self._agents.get(target.agent_id or "")
+        if agent is None:
+            raise Unavailable(f"the agent of {kernel} ({target.agent_id}) is not connected")
+        try:
+            return await agent.exec(target.id, command, timeout)
+        except AgentError as exc:
+            raise Unavailable(str(exc)) from exc
+
+    async def signal(
+        self, key: str, signum: int, kernel: str = "main1", owner: str | None = None
+    ) -> None:
+        """Send a signal to a kernel's runtime (INT interrupts, HUP restarts the ipykernel)."""
+        session = await self.get(key, owner)
+        if session.status not in _ACTIVE:
+            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        target = self._kernel(session, kernel)
+        agent = self._agents.get(target.agent_id or "")
+        if agent is None:
+            raise Unavailable(f"the agent of {kernel} is not connected")
+        await agent.signal(target.id, signum)
+
+    @staticmethod
+    def _kernel(session: Session, hostname: str) -> Any:
+        for kernel in session.kernels:
+            if hostname in (kernel.hostname, kernel.id):
+                return kernel
+        hosts = ", ".join(k.hostname for k in session.kernels)
+        raise NotFound(f"session {session.id} has no kernel {hostname!r} (kernels: {hosts})")
+
+    def _local_root(self) -> Path | None:
+        return Path(self.local_kernels_dir) if self.local_kernels_dir else None
+
+    def _folders_root(self) -> Path:
+        if self.data_folders_root:
+            return Path(self.data_folders_root)
+        from jupyter_core.paths import jupyter_data_dir
+
+        return Path(jupyter_data_dir()) / "bai_jupyter" / "folders"
+
+    # --- scheduling and starting --------------------------------------------------------------
+
+    async def _scheduler_loop(self) -> None:
+        while True:
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=self.pass_interval)
+            finally:
+                waiter.cancel()
+            self._wake.clear()
+            try:
+                await self.schedule_now()
+            except Exception:  # the loop must survive anything a pass hits
+                self.log.exception("bai-jupyter: scheduling pass failed")
+
+    async def schedule_now(self) -> None:
+        """One pass over every resource group; start what was placed."""
+        store = self._store()
+        for name, (config, sequencer, selector) in self._groups.items():
+            result = await asyncio.to_thread(
+                run_pass, store, name, config, sequencer, selector, time.time()
+            )
+            changed = [p.session_id for p in result.placements] + [
+                c.session_id for c in result.cancellations
+            ]
+            if len(result.failures) <= 100:
+                changed += list(result.failures)
+            for session_id in changed:
+                self._publish(await self.get(session_id))
+            for placement in result.placements:
+                self._spawn(self._start(placement.session_id))
+            if result.cancellations:
+                self.wake()  # dependants of what was cancelled
+
+    async def _start(self, session_id: str) -> None:
+        """Drive a SCHEDULED session to RUNNING; on failure cancel it and clean up."""
+        session: Session | None = None
+        try:
+            session = await self._transition(session_id, Status.PREPARING)
+            agent_ids = {k.agent_id for k in session.kernels}
+            if len(agent_ids) != 1:
+                raise AgentError(
+                    "multi-node sessions spread over several agents are not supported yet"
+                )
+            agent = self._agents.get(next(iter(agent_ids)) or "")
+            if agent is None:
+                raise AgentError(f"agent {next(iter(agent_ids))} is not connected")
+            plans = await asyncio.to_thread(self._plans, session, agent)
+
+            def prepared(s: Session) -> None:  # images are local: nothing to pull
+                _move(s, Status.PREPARED, time.time())
+                _move(s, Status.CREATING, time.time())
+
+            await self._edit(session_id, prepared)
+            started = await asyncio.wait_for(
+                self._start_ready(agent, session_id, plans), self.start_timeout
+            )
+            by_id = {s.kernel_id: s for s in started}
+            plan_by_id = {p.kernel_id: p for p in plans}
+
+            def running(s: Session) -> None:
+                for kernel in s.kernels:
+                    done = by_id[kernel.id]
+                    kernel.container_id = done.container_id
+                    kernel.info = {"host": done.host, "ports": dict(done.ports)}
+                    conn = plan_by_id[kernel.id].bootstrap.get("connection")
+                    if conn and "shell" in done.ports:
+                        kernel.info["connection"] = {
+                            **conn,
+                            "ip": done.host,
+                            **{f"{ch}_port": done.ports[ch] for ch in _CHANNELS},
+                        }
+                _move(s, Status.RUNNING, time.time())
+
+            await self._edit(session_id, running)
+        except IllegalTransition:
+            # Destroyed while starting: make sure nothing it created stays.
+            current = await self.get(session_id)
+            await self._teardown(current, current.status, current.status_info)
+        except Exception as exc:
+            message = str(exc) or type(exc).__name__
+            if isinstance(exc, asyncio.TimeoutError):
+                message = f"the agent did not start the kernels within {self.start_timeout:g} s"
+            self.log.warning("bai-jupyter: session %s failed to start: %s", session_id, message)
+            current = await self.get(session_id)
+            if current.status in _STARTING:
+
+                def failed(s: Session) -> None:
+                    _move(s, Status.CANCELLED, time.time(), "failed-to-start")
+                    s.status_data = {**s.status_data, "error": message}
+
+                current = await self._edit(session_id, failed)
+            await self._teardown(current, current.status, current.status_info)
+
+    async def _start_ready(
+        self, agent: AgentBackend, session_id: str, plans: builtins.list[KernelPlan]
+    ) -> builtins.list[KernelStarted]:
+        """Start the kernels and wait until each runtime says it is set up (SSH, files)."""
+        started = await agent.start_kernels(session_id, plans)
+        waiting = {s.kernel_id for s in started}
+        polls = 0
+        while waiting:
+            for kernel_id in builtins.list(waiting):
+                if _READY_LINE in await agent.logs(kernel_id):
+                    waiting.discard(kernel_id)
+            polls += 1
+            if waiting and polls % 50 == 0:  # every second: did one die on the way?
+                dead = [k for k in await agent.live_kernels() if k.kernel_id in waiting]
+                for kernel in dead:
+                    if not kernel.running:
+                        tail = (await agent.logs(kernel.kernel_id))[-2000:]
+                        raise AgentError(f"a kernel exited while starting:\n{tail}")
+            if waiting:
+                await asyncio.sleep(0.02)
+        return started
+
+    def _plans(self, session: Session, agent: AgentBackend) -> builtins.list[KernelPlan]:
+        keys = generate_ssh_keys() if agent.backend == "docker" else None
+        connection = None
+        if session.spec.type is SessionType.INTERACTIVE:
+            connection = {
+                "key": secrets.token_hex(32),
+                "transport": "tcp",
+                "signature_scheme": "hmac-sha256",
+                "kernel_name": "python3",
+            }
+        mounts = [parse_mount(m, session.owner, self._folders_root()) for m in session.spec.mounts]
+        for mount in mounts:
+            Path(mount.source).mkdir(parents=True, exist_ok=True)
+        return [
+            KernelPlan(
+                session_id=session.id,
+                kernel_id=kernel.id,
+                hostname=kernel.hostname,
+                role=kernel.role,
+                image=session.spec.image or self.default_image,
+                slots=kernel.slots.to_json(),
+                env=kernel_environ(session, kernel),
+                mounts=mounts,
+                labels=labels(session, kernel, self._store().id),
+                bootstrap=bootstrap(
+                    session, kernel, keys, connection if kernel.role is KernelRole.MAIN else None
+                ),
+            )
+            for kernel in session.kernels
+        ]
+
+    # --- what kernels report ------------------------------------------------------------------
+
+    async def _watch(self, agent: AgentBackend) -> None:
+        while True:
+            try:
+                async for event in agent.events():
+                    self._spawn(self._on_kernel_event(event))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception("bai-jupyter: watching agent %s failed; retrying", agent.id)
+                await asyncio.sleep(1)
+
+    async def _on_kernel_event(self, event: KernelEvent) -> None:
+        try:
+            session = await self.get(event.session_id)
+        except NotFound:
+            return
+        if session.status in _STARTING:
+            # A batch command can end before its session is marked RUNNING.
+            session = await self.wait_for(session.id, _ACTIVE, timeout=self.start_timeout + 5)
+        if session.status not in _ACTIVE:
+            return  # we are removing it ourselves, or it already ended
+        kernel = next((k for k in session.kernels if k.id == event.kernel_id), None)
+        if kernel is None:
+            return
+        try:
+            if (
+                event.kind is KernelEventKind.EXITED
+                and kernel.role is KernelRole.MAIN
+                and session.spec.type is SessionType.BATCH
+            ):
+                await self._finish_batch(session, event)
+            else:
+                info = "oom-killed" if event.kind is KernelEventKind.OOM_KILLED else "kernel-died"
+                await self._fail(session, info, kernel.hostname, event.exit_code)
+        except IllegalTransition:
+            pass  # another event or a destroy got there first
+
+    async def _finish_batch(self, session: Session, event: KernelEvent) -> None:
+        code = event.exit_code if event.exit_code is not None else -1
+        if event.detail.get("task_timeout"):
+            info = "task-timeout"
+        else:
+            info = "task-finished" if code == 0 else "task-failed"
+
+        def ending(s: Session) -> None:
+            s.finish(code)
+            _move(s, Status.TERMINATING, time.time(), info)
+
+        session = await self._edit(session.id, ending)
+        await self._teardown(session, Status.TERMINATED, info)
+
+    async def _fail(self, session: Session, info: str, host: str, exit_code: int | None) -> None:
+        def failing(s: Session) -> None:
+            _move(s, Status.ERROR, time.time(), info)
+            s.status_data = {**s.status_data, "kernel": host, "exit_code": exit_code}
+
+        session = await self._edit(session.id, failing)
+        await self._teardown(session, Status.ERROR, info)
+
+    # --- after a restart ----------------------------------------------------------------------
+
+    async def _reconcile(self) -> None:
+        """Match the store against what the agents really have."""
+        live: dict[str, dict[str, Any]] = {}
+        scope = self._store().id
+        for agent in self._agents.values():
+            try:
+                for kernel in await agent.live_kernels():
+                    if kernel.labels.get(LABEL_SCOPE) != scope:
+                        continue  # another manager's (another store's): not ours to judge
+                    live[kernel.kernel_id] = {"kernel": kernel, "agent": agent}
+            except AgentError as exc:
+                self.log.warning("bai-jupyter: agent %s unreachable: %s", agent.id, exc)
+        known: set[str] = set()
+        for session in await self.list(statuses=[s for s in Status if not s.is_terminal]):
+            if session.status is Status.PENDING:
+                continue
+            known.add(session.id)
+            await self._reconcile_session(session, live)
+        strays = {
+            (entry["kernel"].session_id, entry["agent"])
+            for entry in live.values()
+            if entry["kernel"].session_id not in known
+        }
+        for session_id, agent in strays:
+            self.log.info("bai-jupyter: removing stray kernels of session %s", session_id)
+            await agent.destroy_session(session_id)
+
+    async def _reconcile_session(self, session: Session, live: dict[str, dict[str, Any]]) -> None:
+        if session.status is Status.SCHEDULED:
+            self._spawn(self._start(session.id))
+            return
+        if session.status in _STARTING:
+            # Interrupted half-way: its containers may be incomplete.
+            await self._fail(session, "start-interrupted", "main1", None)
+            return
+        if session.status is Status.TERMINATING:
+            await self._teardown(session, Status.TERMINATED, session.status_info)
+            return
+        found = [live.get(k.id) for k in session.kernels]
+        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        main_live = live.get(main.id)
+        if all(entry is not None and entry["kernel"].running for entry in found):
+            return  # still running: nothing to do
+        if (
+            session.spec.type is SessionType.BATCH
+            and main_live is not None
+            and not main_live["kernel"].running
+            and main_live["kernel"].exit_code is not None
+        ):
+            code = main_live["kernel"].exit_code
+            await self._finish_batch(
+                session,
+                KernelEvent(KernelEventKind.EXITED, session.id, main.id, exit_code=code),
+            )
+            return
+        gone = [k.hostname for k, e in zip(session.kernels, found) if e is None]
+        await self._fail(session, "kernel-lost", ",".join(gone) or "main1", None)
