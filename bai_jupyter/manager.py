@@ -137,6 +137,8 @@ class SessionManager(LoggingConfigurable):
         self._groups: dict[str, tuple[SchedulerConfig, Sequencer, AgentSelector]] = {}
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The scheduling loop and the agents' watchers (cancelled on stop, not awaited).
+        self._loops: set[asyncio.Task[Any]] = set()
         self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
         self._started = False
 
@@ -167,23 +169,27 @@ class SessionManager(LoggingConfigurable):
             await self._db(partial(Transaction.put_agent, agent=record))
         await self._reconcile()
         for agent in self._agents.values():
-            self._spawn(self._watch(agent))
-        self._spawn(self._scheduler_loop())
+            self._loops.add(self._spawn(self._watch(agent)))
+        self._loops.add(self._spawn(self._scheduler_loop()))
         self._started = True
         self.wake()
 
     async def stop(self) -> None:
         """Stop the loops and watchers; sessions keep running and are found again on start."""
         self._started = False
-        for agent in self._agents.values():
-            await agent.close()  # ends their event streams
-        tasks = builtins.list(self._tasks)
-        for task in tasks:
+        for task in self._loops:
             task.cancel()
-        if tasks:
-            _, stuck = await asyncio.wait(tasks, timeout=10)
+        # Starts and tear-downs under way finish first: nothing is left half-removed.
+        work = builtins.list(self._tasks - self._loops)
+        if work:
+            _, stuck = await asyncio.wait(work, timeout=self.start_timeout)
             for task in stuck:
-                self.log.warning("bai-jupyter: task did not stop: %r", task)
+                self.log.warning("bai-jupyter: gave up waiting for %r", task)
+                task.cancel()
+        for agent in self._agents.values():
+            await agent.close()
+        if self._tasks:
+            await asyncio.wait(builtins.list(self._tasks), timeout=10)
         self._agents.clear()
         if self.store is not None:
             self.store.close()
@@ -219,17 +225,25 @@ class SessionManager(LoggingConfigurable):
             return [DockerAgent("docker")]
         if self.backend == "docker":
             raise Unavailable("backend 'docker' is configured but no Docker engine answers")
+        why = "backend=local" if self.backend == "local" else "no Docker engine answered"
         self.log.warning(
-            "bai-jupyter: no Docker engine answered; kernels run as local processes "
-            "(no isolation, no SSH, no resource limits)"
+            "bai-jupyter: %s; kernels run as local processes "
+            "(no isolation, no SSH, no resource limits)",
+            why,
         )
         return [LocalAgent("local", root=self._local_root())]
 
     def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
         return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        self._loops.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error("bai-jupyter: background task failed", exc_info=task.exception())
 
     def wake(self) -> None:
         """Ask for a scheduling pass now."""
@@ -242,12 +256,12 @@ class SessionManager(LoggingConfigurable):
             raise Unavailable("the session manager is not started")
         return self.store
 
-    async def _db(self, fn: Callable[[Transaction], T]) -> T:
-        """Run ``fn(tx)`` in a write transaction, in a thread."""
+    async def _db(self, fn: Callable[[Transaction], T], write: bool = True) -> T:
+        """Run ``fn(tx)`` in a write (or read-only) transaction, in a thread."""
         store = self._store()
 
         def run() -> T:
-            with store.write() as tx:
+            with store.write() if write else store.read() as tx:
                 return fn(tx)
 
         return await asyncio.to_thread(run)
@@ -357,14 +371,7 @@ class SessionManager(LoggingConfigurable):
         return session.id
 
     async def _query(self, fn: Callable[[Transaction], T]) -> T:
-        """Run ``fn(tx)`` in a read transaction, in a thread."""
-        store = self._store()
-
-        def run() -> T:
-            with store.read() as tx:
-                return fn(tx)
-
-        return await asyncio.to_thread(run)
+        return await self._db(fn, write=False)
 
     async def get(self, key: str, owner: str | None = None) -> Session:
         """A session by id or by name (names need the owner); NotFound otherwise."""
