@@ -45,6 +45,7 @@ from .model import (
     TRANSITIONS,
     Agent,
     IllegalTransition,
+    Kernel,
     KernelRole,
     Session,
     SessionType,
@@ -480,15 +481,9 @@ class SessionManager(LoggingConfigurable):
         timeout: float = 60,
     ) -> ExecResult:
         """Run a command in one kernel of a running session."""
-        session = await self.get(key, owner)
-        if session.status not in _ACTIVE:
-            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
-        target = self._kernel(session, kernel)
-        agent = self._agents.get(target.agent_id or "")
-        if agent is None:
-            raise Unavailable(f"the agent of {kernel} ({target.agent_id}) is not connected")
+        agent, kernel_id = await self._running_kernel(key, kernel, owner)
         try:
-            return await agent.exec(target.id, command, timeout)
+            return await agent.exec(kernel_id, command, timeout)
         except AgentError as exc:
             raise Unavailable(str(exc)) from exc
 
@@ -496,17 +491,27 @@ class SessionManager(LoggingConfigurable):
         self, key: str, signum: int, kernel: str = "main1", owner: str | None = None
     ) -> None:
         """Send a signal to a kernel's runtime (INT interrupts, HUP restarts the ipykernel)."""
+        agent, kernel_id = await self._running_kernel(key, kernel, owner)
+        try:
+            await agent.signal(kernel_id, signum)
+        except AgentError as exc:
+            raise Unavailable(str(exc)) from exc
+
+    async def _running_kernel(
+        self, key: str, hostname: str, owner: str | None
+    ) -> tuple[AgentBackend, str]:
+        """The agent and kernel id of one kernel of a RUNNING session; Unavailable otherwise."""
         session = await self.get(key, owner)
         if session.status not in _ACTIVE:
             raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
-        target = self._kernel(session, kernel)
+        target = self._kernel(session, hostname)
         agent = self._agents.get(target.agent_id or "")
         if agent is None:
-            raise Unavailable(f"the agent of {kernel} is not connected")
-        await agent.signal(target.id, signum)
+            raise Unavailable(f"the agent of {hostname} ({target.agent_id}) is not connected")
+        return agent, target.id
 
     @staticmethod
-    def _kernel(session: Session, hostname: str) -> Any:
+    def _kernel(session: Session, hostname: str) -> Kernel:
         for kernel in session.kernels:
             if hostname in (kernel.hostname, kernel.id):
                 return kernel

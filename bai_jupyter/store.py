@@ -418,12 +418,6 @@ class Transaction:
         ).first()
         return None if row is None else row.logs
 
-    def delete_session(self, session_id: str) -> None:
-        """Forget a finished session (kernels and history go with it)."""
-        for table in (history_table, kernels_table):
-            self.conn.execute(sa.delete(table).where(table.c.session_id == session_id))
-        self.conn.execute(sa.delete(sessions_table).where(sessions_table.c.id == session_id))
-
     def dependency_states(self, ids: Iterable[str]) -> dict[str, tuple[Status, SessionResult]]:
         states: dict[str, tuple[Status, SessionResult]] = {}
         for chunk in _chunks(list(set(ids))):
