@@ -627,21 +627,13 @@ class SessionManager(LoggingConfigurable):
     ) -> builtins.list[KernelStarted]:
         """Start the kernels and wait until each runtime says it is set up (SSH, files)."""
         started = await agent.start_kernels(session_id, plans)
-        waiting = {s.kernel_id for s in started}
-        polls = 0
-        while waiting:
-            for kernel_id in builtins.list(waiting):
-                if _READY_LINE in await agent.logs(kernel_id):
-                    waiting.discard(kernel_id)
-            polls += 1
-            if waiting and polls % 50 == 0:  # every second: did one die on the way?
-                dead = [k for k in await agent.live_kernels() if k.kernel_id in waiting]
-                for kernel in dead:
-                    if not kernel.running:
-                        tail = (await agent.logs(kernel.kernel_id))[-2000:]
-                        raise AgentError(f"a kernel exited while starting:\n{tail}")
-            if waiting:
-                await asyncio.sleep(0.02)
+        ready = await asyncio.gather(
+            *(agent.wait_for_output(s.kernel_id, _READY_LINE, self.start_timeout) for s in started)
+        )
+        for done, was_ready in zip(started, ready):
+            if not was_ready:
+                tail = (await agent.logs(done.kernel_id))[-2000:]
+                raise AgentError(f"a kernel did not get ready:\n{tail}")
         return started
 
     def _plans(self, session: Session, agent: AgentBackend) -> builtins.list[KernelPlan]:

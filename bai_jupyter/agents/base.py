@@ -8,6 +8,7 @@ state changes.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -95,6 +96,24 @@ class AgentBackend(abc.ABC):
     @abc.abstractmethod
     async def logs(self, kernel_id: str) -> str:
         """The kernel's output so far (stdout and stderr)."""
+
+    async def wait_for_output(self, kernel_id: str, text: str, timeout: float) -> bool:
+        """Wait until the kernel's output contains ``text``; False once it ended without.
+
+        This default polls :meth:`logs`; an agent that can follow output overrides it.
+        """
+        deadline = asyncio.get_running_loop().time() + timeout
+        polls = 0
+        while asyncio.get_running_loop().time() < deadline:
+            if text in await self.logs(kernel_id):
+                return True
+            polls += 1
+            if polls % 50 == 0:  # about every second: did it end on the way?
+                ended = [k for k in await self.live_kernels() if k.kernel_id == kernel_id]
+                if ended and not ended[0].running:
+                    return text in await self.logs(kernel_id)
+            await asyncio.sleep(0.02)
+        return False
 
     @abc.abstractmethod
     async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
