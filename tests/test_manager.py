@@ -247,9 +247,14 @@ async def test_ssh_isolation_limits_and_cleanup(
     client = docker_engine
     labelled = {"label": f"ai.backend.bai-jupyter.session-id={sid}"}
     assert len(client.containers.list(filters=labelled)) == 3
+    (agent,) = manager._agents.values()
+    assert isinstance(agent, DockerAgent)
+    keys = agent.bootstrap_root / sid  # the session's keys, on the host
+    assert keys.is_dir()
     await manager.destroy(sid)
     assert client.containers.list(all=True, filters=labelled) == []
     assert client.networks.list(filters=labelled) == []
+    assert not keys.exists()
 
 
 @pytest.mark.docker

@@ -11,9 +11,11 @@ Layout of a session ``S`` on one engine:
   service ports published on ``127.0.0.1``, then joins the session network;
   inter-container traffic on that bridge is off, so the main kernels of two
   sessions cannot talk to each other through it;
-* each container gets ``/home/config/bootstrap.json`` by ``put_archive`` before
-  it starts (ipykernel rewrites its connection file there, so it must be
-  writable), and the runtime mounted read-only at ``/opt/bai-runtime``.
+* each container gets ``/home/config/bootstrap.json``: on a local engine a private
+  host file bind-mounted read-only (removed with the session), on a remote one
+  copied in by ``put_archive`` before start; the rest of ``/home/config`` stays
+  writable (ipykernel rewrites its connection file there); the runtime is
+  mounted read-only at ``/opt/bai-runtime`` (copied in too on a remote engine).
 
 The docker SDK is blocking: every call runs in a worker thread
 (``asyncio.to_thread``); engine events are read by one background thread and
@@ -28,6 +30,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
 import tarfile
@@ -40,8 +43,9 @@ from typing import Any, TypeVar
 
 import docker.errors
 from docker.client import DockerClient
+from jupyter_core.paths import jupyter_runtime_dir
 
-from ..cluster import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, WORK_DIR, KernelPlan
+from ..cluster import CONFIG_DIR, LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, WORK_DIR, KernelPlan
 from ..model import KernelRole
 from ..resources import ResourceSlot, parse_amount
 from .base import (
@@ -199,6 +203,8 @@ class DockerAgent(AgentBackend):
         url = endpoint or os.environ.get("DOCKER_HOST") or "unix://"
         #: Whether the engine sees this machine's files (binds of our paths work).
         self.local = url.startswith(("unix://", "http+unix://", "npipe://"))
+        #: Where the bootstrap files of a local engine's kernels live until destroy.
+        self.bootstrap_root = Path(jupyter_runtime_dir()) / "bai_jupyter" / "bootstrap"
         #: Publish main1's ports on 127.0.0.1, or reach them at its bridge address. A
         #: Linux host routes to its own bridges, which spares the engine's per-port
         #: proxy process (~60 ms per start, a hop on every message); elsewhere publish.
@@ -434,6 +440,10 @@ class DockerAgent(AgentBackend):
         if self.local:
             await asyncio.to_thread(self._make_dirs, [Path(m.source) for m in plan.mounts])
             binds.append(f"{self.runtime_dir}:{RUNTIME_MOUNT}:ro")
+            boot = await asyncio.to_thread(
+                self._write_bootstrap, session_id, plan.hostname, bootstrap
+            )
+            binds.append(f"{boot}:{CONFIG_DIR}/bootstrap.json:ro")
         first_net = EGRESS_NETWORK if publish else net
         host_config = api.create_host_config(
             binds=binds,
@@ -483,13 +493,29 @@ class DockerAgent(AgentBackend):
                 net,
                 aliases=[plan.hostname],
             )
-        archive = await asyncio.to_thread(
-            _bootstrap_tar, bootstrap, None if self.local else self.runtime_dir
-        )
-        await self._call(
-            f"{what}: cannot write {plan.hostname}'s bootstrap", api.put_archive, cid, "/", archive
-        )
+        if not self.local:  # a remote engine cannot see our files: copy them in
+            archive = await asyncio.to_thread(_bootstrap_tar, bootstrap, self.runtime_dir)
+            await self._call(
+                f"{what}: cannot write {plan.hostname}'s bootstrap",
+                api.put_archive,
+                cid,
+                "/",
+                archive,
+            )
         return cid, plan.hostname
+
+    def _write_bootstrap(self, session_id: str, hostname: str, bootstrap: dict[str, Any]) -> Path:
+        """The runtime's instructions in a private host file, bind-mounted read-only.
+
+        A bind costs nothing at start, where copying a tar in takes ~35 ms; the
+        rest of ``/home/config`` stays writable inside the container."""
+        folder = self.bootstrap_root / session_id
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = folder / f"{hostname}.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            json.dump(bootstrap, file)
+        return path
 
     @staticmethod
     def _make_dirs(paths: list[Path]) -> None:
@@ -576,6 +602,8 @@ class DockerAgent(AgentBackend):
                 for n in networks
             ]
         )
+        # The bootstrap files (they hold the session's keys) go with the kernels.
+        await asyncio.to_thread(shutil.rmtree, self.bootstrap_root / session_id, True)
 
     # -- single kernels ------------------------------------------------------------
 
