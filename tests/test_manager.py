@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bai_jupyter.agents.docker import EGRESS_NETWORK, DockerAgent
 from bai_jupyter.cluster import LABEL_KERNEL, LABEL_ROOT, LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.manager import SessionManager
@@ -223,10 +224,8 @@ async def test_ssh_isolation_limits_and_cleanup(
     main = (await manager.get(sid)).kernels[0]
     networks = docker_engine.containers.get(main.container_id).attrs["NetworkSettings"]
     addresses = {name: net["IPAddress"] for name, net in networks["Networks"].items()}
-    outside = next(
-        ip for name, ip in addresses.items() if not name.startswith("bai-") or "egress" in name
-    )
-    inside = next(ip for ip in addresses.values() if ip != outside)
+    outside = addresses.pop(EGRESS_NETWORK)
+    (inside,) = addresses.values()
     probe = (
         'python3 -c "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], 2300), 2)'
         "\nexcept OSError: print('cut off')\nelse: print('reached')\" "
