@@ -42,6 +42,7 @@ from .cluster import (
 )
 from .errors import Conflict, InvalidRequest, NotFound, Timeout, Unavailable
 from .model import (
+    STARTING,
     TRANSITIONS,
     Agent,
     IllegalTransition,
@@ -63,7 +64,6 @@ T = TypeVar("T")
 
 _CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 _READY_LINE = "bai-runtime: ready"
-_STARTING = {Status.SCHEDULED, Status.PREPARING, Status.PULLING, Status.PREPARED, Status.CREATING}
 _ACTIVE = {Status.RUNNING, Status.RESTARTING}
 #: Kept logs are cut to their last this-many characters.
 _LOG_LIMIT = 1 << 20
@@ -613,7 +613,7 @@ class SessionManager(LoggingConfigurable):
                 message = f"the agent did not start the kernels within {self.start_timeout:g} s"
             self.log.warning("bai-jupyter: session %s failed to start: %s", session_id, message)
             current = await self.get(session_id)
-            if current.status in _STARTING:
+            if current.status in STARTING:
 
                 def failed(s: Session) -> None:
                     _move(s, Status.CANCELLED, time.time(), "failed-to-start")
@@ -686,7 +686,7 @@ class SessionManager(LoggingConfigurable):
             session = await self.get(event.session_id)
         except NotFound:
             return
-        if session.status in _STARTING:
+        if session.status in STARTING:
             # A batch command can end before its session is marked RUNNING.
             session = await self.wait_for(session.id, _ACTIVE, timeout=self.start_timeout + 5)
         if session.status not in _ACTIVE:
@@ -762,7 +762,7 @@ class SessionManager(LoggingConfigurable):
         if session.status is Status.SCHEDULED:
             self._spawn(self._start(session.id))
             return
-        if session.status in _STARTING:
+        if session.status in STARTING:
             # Interrupted half-way: its containers may be incomplete.
             await self._fail(session, "start-interrupted", "main1", None)
             return

@@ -38,7 +38,8 @@ class Status(str, Enum):
         return self in OCCUPYING
 
 
-_STARTING = (Status.SCHEDULED, Status.PREPARING, Status.PULLING, Status.PREPARED, Status.CREATING)
+#: Placed, kernels not yet running.
+STARTING = (Status.SCHEDULED, Status.PREPARING, Status.PULLING, Status.PREPARED, Status.CREATING)
 _ENDING = {Status.TERMINATING, Status.ERROR, Status.CANCELLED}
 
 #: The lifecycle: state → the states it may move to. Anything else is a bug and raises.
@@ -59,9 +60,9 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 }
 
 TERMINAL = frozenset({Status.TERMINATED, Status.CANCELLED, Status.ERROR})
-OCCUPYING = frozenset({*_STARTING, Status.RUNNING, Status.RESTARTING, Status.TERMINATING})
+OCCUPYING = frozenset({*STARTING, Status.RUNNING, Status.RESTARTING, Status.TERMINATING})
 #: Order of progress, used to derive a session's status from its kernels'.
-_PROGRESS = [Status.PENDING, *_STARTING, Status.RUNNING]
+_PROGRESS = [Status.PENDING, *STARTING, Status.RUNNING]
 
 
 class IllegalTransition(RuntimeError):

@@ -36,7 +36,8 @@ class KernelEvent:
     session_id: str
     kernel_id: str
     exit_code: int | None = None
-    #: Extra facts, e.g. ``{"task_timeout": True}`` when a batch hit its time limit.
+    #: Extra facts: ``{"task_timeout": True}`` when a batch hit its time limit,
+    #: ``{"requested": True}`` when the agent itself was removing the kernel.
     detail: dict[str, Any] = field(default_factory=dict)
 
 
