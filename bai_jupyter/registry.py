@@ -1,0 +1,35 @@
+"""The session manager of this process, for in-process front ends.
+
+The server extension registers the manager it owns; the kernel provisioner and
+the magics look here first so that, inside a Jupyter server, they call the
+manager directly instead of going over HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .manager import SessionManager
+
+__all__ = ["current_manager", "register_manager", "unregister_manager"]
+
+_current: SessionManager | None = None
+
+
+def register_manager(manager: SessionManager) -> None:
+    """Make ``manager`` the one in-process front ends use."""
+    global _current
+    _current = manager
+
+
+def unregister_manager(manager: SessionManager) -> None:
+    """Forget ``manager`` if it is the registered one (on stop)."""
+    global _current
+    if _current is manager:
+        _current = None
+
+
+def current_manager() -> SessionManager | None:
+    """The registered manager, or ``None`` when no server extension runs here."""
+    return _current
