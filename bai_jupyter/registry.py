@@ -7,12 +7,14 @@ manager directly instead of going over HTTP.
 
 from __future__ import annotations
 
+import getpass
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .manager import SessionManager
 
-__all__ = ["current_manager", "register_manager", "unregister_manager"]
+__all__ = ["current_manager", "local_owner", "register_manager", "unregister_manager"]
 
 _current: SessionManager | None = None
 
@@ -33,3 +35,12 @@ def unregister_manager(manager: SessionManager) -> None:
 def current_manager() -> SessionManager | None:
     """The registered manager, or ``None`` when no server extension runs here."""
     return _current
+
+
+def local_owner() -> str:
+    """Whom this process acts for: the JupyterHub user it serves, else the OS user.
+
+    A single-user Jupyter server has one owner whoever holds its token, so the
+    provisioner, the REST API and the magics all file sessions under this name.
+    """
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
