@@ -26,6 +26,13 @@ class InvalidRequest(BaiError):
     status = 400
 
 
+class Forbidden(BaiError):
+    """Not allowed for this user: no or a wrong token, or an admin-only action."""
+
+    code = "forbidden"
+    status = 403
+
+
 class NotFound(BaiError):
     """No such session (or not one of yours), template or kernel."""
 
