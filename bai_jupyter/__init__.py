@@ -1,3 +1,10 @@
 """Backend.AI-style compute sessions, native in Jupyter."""
 
 __version__ = "0.1.0"
+
+
+def _jupyter_server_extension_points() -> list[dict[str, object]]:
+    """The Jupyter server extension (``bai_jupyter.server.app.BaiJupyterApp``)."""
+    from .server.app import BaiJupyterApp
+
+    return [{"module": "bai_jupyter.server.app", "app": BaiJupyterApp}]

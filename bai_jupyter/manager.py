@@ -250,6 +250,13 @@ class SessionManager(LoggingConfigurable):
         """Ask for a scheduling pass now."""
         self._wake.set()
 
+    def group_scheduler(self, name: str) -> tuple[SchedulerConfig, Sequencer, AgentSelector]:
+        """A started resource group's scheduler settings and plugins (for views of the queue)."""
+        try:
+            return self._groups[name]
+        except KeyError:
+            raise NotFound(f"no resource group {name!r}") from None
+
     # --- store access -----------------------------------------------------------------------
 
     def _store(self) -> Store:

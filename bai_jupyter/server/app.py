@@ -1,0 +1,101 @@
+"""The ``bai_jupyter`` Jupyter server extension: owns the session manager, serves the API.
+
+The manager is configured through its own traits (``c.SessionManager.store_url``,
+``.agents``, ``.resource_groups``, ``.default_image`` …, also ``--SessionManager.x``
+on the command line): it is made with this app as its parent, so the server's
+config reaches it, and the CLI reads the very same settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.utils import ensure_async
+from traitlets import Bool, Float, Instance
+
+from ..manager import SessionManager
+from ..model import Status
+from ..registry import register_manager, unregister_manager
+from .execute import KernelRuns
+from .routes import routes
+
+__all__ = ["BaiJupyterApp"]
+
+
+class BaiJupyterApp(ExtensionApp):
+    """Backend.AI-style compute sessions in this Jupyter server."""
+
+    name = "bai_jupyter"
+    load_other_extensions = True
+    classes = [SessionManager]  # noqa: RUF012 (traitlets' own class attribute)
+
+    multi_user = Bool(
+        False,
+        config=True,
+        help="Each authenticated user owns their own sessions (a shared server or a "
+        "JupyterHub service). False: a single-user server, where every caller acts for "
+        "the server's user (bai_jupyter.registry.local_owner), like the kernel provisioner.",
+    )
+    execute_chunk_timeout = Float(
+        10.0,
+        config=True,
+        help="Seconds one call of the execute API waits for its run to finish before it "
+        "returns what came so far with status 'continued'.",
+    )
+    kernel_connect_timeout = Float(
+        30.0,
+        config=True,
+        help="Seconds the execute API waits for main1's Jupyter kernel to answer at first use.",
+    )
+    keepalive_interval = Float(
+        15.0,
+        config=True,
+        help="Seconds between keep-alive comments on an idle event stream.",
+    )
+    manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
+
+    def initialize_settings(self) -> None:
+        self.manager = SessionManager(parent=self, log=self.log)
+        self.runs = KernelRuns(self.execute_chunk_timeout, self.kernel_connect_timeout, self.log)
+        self.streams: set[asyncio.Queue[Any]] = set()
+        self._watcher: asyncio.Task[None] | None = None
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(routes(self))
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """Start the manager with the server (reconciling what a previous run left)."""
+        assert self.manager is not None
+        await self.manager.start()
+        register_manager(self.manager)
+        self._watcher = asyncio.ensure_future(self._drop_ended_runs())
+
+    async def _drop_ended_runs(self) -> None:
+        """A session that leaves RUNNING takes its execute connection with it."""
+        assert self.manager is not None
+        async for event in self.manager.events():
+            if event["status"] != Status.RUNNING.value:
+                self.runs.forget(event["session_id"])
+
+    async def stop_extension(self) -> None:
+        """End kernel-backed sessions with their kernels, then stop the manager cleanly.
+
+        Jupyter shuts its kernels down only after the extensions stopped, when
+        their provisioners could no longer reach the manager: so do it first.
+        """
+        if self.manager is None:
+            return
+        kernels = getattr(self.serverapp, "kernel_manager", None)
+        if kernels is not None:
+            await ensure_async(kernels.shutdown_all())
+        for stream in self.streams:
+            if stream.full():
+                stream.get_nowait()
+            stream.put_nowait(None)  # ends the open event streams
+        if self._watcher is not None:
+            self._watcher.cancel()
+        self.runs.close()
+        unregister_manager(self.manager)
+        await self.manager.stop()

@@ -1,0 +1,150 @@
+"""What every REST handler shares: JSON errors, the caller's owner name, ownership checks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from http.client import responses
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from jupyter_server.utils import ensure_async
+from tornado.web import HTTPError
+
+from ..errors import BaiError, InvalidRequest, NotFound, Unavailable
+from ..manager import SessionManager
+from ..model import Session
+from ..registry import local_owner
+from ..store import Transaction
+
+if TYPE_CHECKING:
+    from .app import BaiJupyterApp
+
+T = TypeVar("T")
+
+__all__ = ["ADMIN", "SESSIONS", "TEMPLATES", "BaiHandler", "error_body"]
+
+#: Authorization resources (``bai_jupyter:…``) a Jupyter authorizer decides on.
+SESSIONS = "bai_jupyter:sessions"
+TEMPLATES = "bai_jupyter:templates"
+ADMIN = "bai_jupyter:admin"
+
+#: Error codes for HTTP errors raised by Jupyter or tornado rather than by us.
+_HTTP_CODES = {
+    400: "invalid-request",
+    401: "forbidden",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    409: "conflict",
+    503: "unavailable",
+}
+
+
+def error_body(code: str, message: str) -> str:
+    """The API's one error shape."""
+    return json.dumps({"error": code, "message": message})
+
+
+class BaiHandler(ExtensionHandlerMixin, APIHandler):
+    """Base of the REST handlers: errors as ``{"error", "message"}``, never a traceback."""
+
+    auth_resource = SESSIONS
+
+    @property
+    def app(self) -> BaiJupyterApp:
+        return cast("BaiJupyterApp", self.extensionapp)
+
+    @property
+    def manager(self) -> SessionManager:
+        if self.app.manager is None:
+            raise Unavailable("the session manager is not started")
+        return self.app.manager
+
+    async def db(self, fn: Callable[[Transaction], T], write: bool = False) -> T:
+        """Run ``fn(tx)`` in a store transaction, in a thread (never on the event loop)."""
+        store = self.manager.store
+        if store is None:
+            raise Unavailable("the session manager is not started")
+
+        def run() -> T:
+            with store.write() if write else store.read() as tx:
+                return fn(tx)
+
+        return await asyncio.to_thread(run)
+
+    # --- errors -------------------------------------------------------------------------------
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, BaiError):
+            status_code, code, message = exc.status, exc.code, exc.message
+            self.set_status(status_code)
+            if status_code == 503:
+                self.set_header("Retry-After", "2")
+        elif isinstance(exc, HTTPError):
+            code = _HTTP_CODES.get(status_code, "error")
+            message = exc.log_message or responses.get(status_code, "error")
+            if exc.args[2:]:
+                message = message % exc.args[2:]
+        else:
+            code, message = "internal-error", "internal error; the server log has the details"
+        self.set_header("Content-Type", "application/json")
+        self.finish(error_body(code, message))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, BaiError):
+            self.log.info("bai-jupyter: %s %s: %s", self.request.method, self.request.uri, value)
+        else:
+            super().log_exception(typ, value, tb)
+
+    # --- input --------------------------------------------------------------------------------
+
+    def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object (an empty body is ``{}``); 400 otherwise."""
+        if not self.request.body:
+            return {}
+        try:
+            data = json.loads(self.request.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise InvalidRequest(f"the body must be a JSON object, got {type(data).__name__}")
+        return data
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data))
+
+    # --- who is calling -----------------------------------------------------------------------
+
+    @property
+    def owner(self) -> str:
+        """The owner name of the caller's sessions.
+
+        A single-user server files every session under :func:`local_owner` (the
+        provisioner does too, so kernel sessions and API sessions are one list);
+        with ``multi_user`` each authenticated user is their own owner.
+        """
+        if self.app.multi_user:
+            return str(self.current_user.username)
+        return local_owner()
+
+    async def is_admin(self, action: str = "read") -> bool:
+        """May the caller see and touch everyone's sessions (resource ``bai_jupyter:admin``)?"""
+        allowed = await ensure_async(
+            self.authorizer.is_authorized(self, self.current_user, action, ADMIN)
+        )
+        return bool(allowed)
+
+    async def session(self, key: str, action: str = "read") -> Session:
+        """The caller's session by id or name (anyone's, by id, for an admin); 404 otherwise."""
+        try:
+            return await self.manager.get(key, self.owner)
+        except NotFound:
+            if not await self.is_admin(action):
+                raise
+        return await self.manager.get(key)

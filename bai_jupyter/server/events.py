@@ -1,0 +1,72 @@
+"""``/bai/api/v1/events``: session and kernel status changes as Server-Sent Events.
+
+SSE rather than a WebSocket: it is one plain authorized GET, proxies and
+browsers' ``EventSource`` handle it, and the stream only goes one way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from .base import BaiHandler
+
+__all__ = ["EventsHandler"]
+
+
+class EventsHandler(BaiHandler):
+    """Each event is ``event: session`` + ``data: {session_id, status, kernels, …}``."""
+
+    _queue: asyncio.Queue[dict[str, Any] | None]
+
+    def on_connection_close(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def _pump(self) -> None:
+        async for event in self.manager.events():
+            if self._queue.full():
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    self._queue.get_nowait()  # a slow reader loses the oldest
+            self._queue.put_nowait(event)
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        admin = await self.is_admin()
+        owner = self.owner
+        self._queue = asyncio.Queue(maxsize=1000)
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")
+        pump = asyncio.ensure_future(self._pump())
+        self.app.streams.add(self._queue)
+        try:
+            self.write(": connected\n\n")
+            await self.flush()
+            while True:
+                try:
+                    event = await asyncio.wait_for(self._queue.get(), self.app.keepalive_interval)
+                except asyncio.TimeoutError:
+                    self.write(": keep-alive\n\n")  # notices a client that went away
+                    await self.flush()
+                    continue
+                if event is None:
+                    break
+                if admin or event.get("owner") == owner:
+                    self.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n")
+                    await self.flush()
+        except StreamClosedError:
+            pass
+        finally:
+            self.app.streams.discard(self._queue)
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        with contextlib.suppress(StreamClosedError):
+            self.finish()

@@ -1,0 +1,267 @@
+"""The code execution API: runs on main1's ipykernel through the Jupyter kernel protocol.
+
+One kernel client per session (made on first use from ``kernel.info["connection"]``)
+reads the shell, iopub and stdin channels and files every message under the run
+it answers. A call waits until its run finishes, asks for input, or
+``execute_chunk_timeout`` passes; then it returns what came so far, so a long run
+comes back in ``continued`` chunks and nothing is lost between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
+from ..model import KernelRole, Session, Status
+from .base import BaiHandler
+
+__all__ = ["ExecuteHandler", "KernelRuns"]
+
+MODES = ("query", "batch", "continue", "input")
+_BODY_KEYS = ("code", "mode", "run_id", "options")
+#: ``batch`` runs the code as a shell command; its exit status comes back as ``rc``.
+_BATCH = """\
+import subprocess as __bai_sp, sys as __bai_sys
+with __bai_sp.Popen({command!r}, shell=True, stdout=__bai_sp.PIPE, stderr=__bai_sp.STDOUT) as __p:
+    for __line in iter(__p.stdout.readline, b""):
+        __bai_sys.stdout.write(__line.decode("utf-8", "replace"))
+        __bai_sys.stdout.flush()
+__bai_rc = __p.returncode
+"""
+
+
+@dataclass
+class _Run:
+    """One execution: what it printed since the last call, and how far it is."""
+
+    run_id: str
+    msg_id: str
+    batch: bool
+    console: list[list[Any]] = field(default_factory=list)
+    reply: dict[str, Any] | None = None
+    idle: bool = False
+    prompt: dict[str, Any] | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def finished(self) -> bool:
+        return self.reply is not None and self.idle
+
+    def add(self, kind: str, data: Any) -> None:
+        last = self.console[-1] if self.console else None
+        if kind in ("stdout", "stderr") and last is not None and last[0] == kind:
+            last[1] += data  # one item per stretch of a stream, as Backend.AI does
+        else:
+            self.console.append([kind, data])
+        self.changed.set()
+
+    def exit_code(self) -> int | None:
+        if self.reply is None:
+            return None
+        if self.batch:
+            rc = self.reply.get("user_expressions", {}).get("rc", {})
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                return int(rc["data"]["text/plain"])
+        return 0 if self.reply.get("status") == "ok" else 1
+
+
+class _Connection:
+    """A kernel client of one session's main1 and the runs it carries."""
+
+    def __init__(self, connection: dict[str, Any], log: logging.Logger) -> None:
+        self.client = AsyncKernelClient()
+        self.client.load_connection_info(cast(KernelConnectionInfo, connection))
+        self.runs: dict[str, _Run] = {}
+        self.by_msg: dict[str, _Run] = {}
+        self.log = log
+        self.readers: list[asyncio.Task[None]] = []
+
+    async def open(self, timeout: float) -> None:
+        self.client.start_channels()
+        try:
+            await self.client.wait_for_ready(timeout=timeout)
+        except RuntimeError as exc:
+            self.close()
+            raise Unavailable(f"main1's Jupyter kernel does not answer: {exc}") from exc
+        for channel in ("shell", "iopub", "stdin"):
+            self.readers.append(asyncio.ensure_future(self._read(channel)))
+
+    async def _read(self, channel: str) -> None:
+        source = getattr(self.client, f"{channel}_channel")
+        while True:
+            msg = await source.get_msg()
+            run = self.by_msg.get(msg.get("parent_header", {}).get("msg_id", ""))
+            if run is not None:
+                self._file(run, channel, msg)
+
+    def _file(self, run: _Run, channel: str, msg: dict[str, Any]) -> None:
+        kind, content = msg["header"]["msg_type"], msg["content"]
+        if channel == "shell" and kind == "execute_reply":
+            run.reply = content
+        elif channel == "stdin" and kind == "input_request":
+            run.prompt = {"prompt": content.get("prompt", ""), "password": content.get("password")}
+        elif kind == "status":
+            run.idle = run.idle or content.get("execution_state") == "idle"
+        elif kind == "stream":
+            run.add(content.get("name", "stdout"), content.get("text", ""))
+        elif kind in ("display_data", "update_display_data", "execute_result"):
+            item = {"data": content.get("data", {}), "metadata": content.get("metadata", {})}
+            display_id = (content.get("transient") or {}).get("display_id")
+            if display_id:
+                item["display_id"] = display_id
+            if kind == "update_display_data":
+                item["update"] = True
+            run.add("result" if kind == "execute_result" else "media", item)
+        elif kind == "error":
+            keys = ("ename", "evalue", "traceback")
+            run.add("error", {key: content.get(key) for key in keys})
+        elif kind == "clear_output":
+            run.add("clear", {"wait": bool(content.get("wait"))})
+        run.changed.set()
+
+    def start(self, run_id: str, code: str, batch: bool) -> _Run:
+        if batch:
+            msg_id = self.client.execute(
+                _BATCH.format(command=code),
+                silent=False,
+                store_history=False,
+                user_expressions={"rc": "__bai_rc"},
+                allow_stdin=True,
+            )
+        else:
+            msg_id = self.client.execute(code, allow_stdin=True)
+        run = _Run(run_id, msg_id, batch)
+        self.runs[run_id] = run
+        self.by_msg[msg_id] = run
+        return run
+
+    def forget(self, run: _Run) -> None:
+        self.runs.pop(run.run_id, None)
+        self.by_msg.pop(run.msg_id, None)
+
+    def close(self) -> None:
+        for task in self.readers:
+            task.cancel()
+        self.client.stop_channels()
+
+
+class KernelRuns:
+    """Execution runs of every session, kept by the extension."""
+
+    def __init__(self, chunk_timeout: float, connect_timeout: float, log: logging.Logger) -> None:
+        self.chunk_timeout = chunk_timeout
+        self.connect_timeout = connect_timeout
+        self.log = log
+        self._connections: dict[str, _Connection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _connection(self, session: Session) -> _Connection:
+        async with self._locks.setdefault(session.id, asyncio.Lock()):
+            conn = self._connections.get(session.id)
+            if conn is None:
+                main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+                info = main.info.get("connection")
+                if not info:
+                    raise InvalidRequest(
+                        f"session {session.id} has no Jupyter kernel in main1 "
+                        f"(a {session.spec.type.value} session): only interactive sessions execute"
+                    )
+                conn = _Connection(dict(info), self.log)
+                await conn.open(self.connect_timeout)
+                self._connections[session.id] = conn
+            return conn
+
+    async def step(
+        self, session: Session, mode: str, code: str, run_id: str | None
+    ) -> dict[str, Any]:
+        """One call of the execute API (see the module docs)."""
+        if session.status is not Status.RUNNING:
+            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        conn = await self._connection(session)
+        if mode in ("query", "batch"):
+            run_id = run_id or secrets.token_hex(8)
+            if run_id in conn.runs:
+                raise Conflict(f"run {run_id!r} is still going: continue it or use another run_id")
+            run = conn.start(run_id, code, batch=mode == "batch")
+        else:
+            if run_id is None or run_id not in conn.runs:
+                raise NotFound(f"no run {run_id!r} going in session {session.id}")
+            run = conn.runs[run_id]
+            if mode == "input":
+                if run.prompt is None:
+                    raise Conflict(f"run {run_id!r} is not waiting for input")
+                run.prompt = None
+                conn.client.input(code)
+        return await self._chunk(conn, run)
+
+    async def _chunk(self, conn: _Connection, run: _Run) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.chunk_timeout
+        while not run.finished and run.prompt is None:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            run.changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(run.changed.wait(), left)
+        console, run.console = run.console, []
+        reply: dict[str, Any] = {"run_id": run.run_id, "console": console, "exit_code": None}
+        if run.finished:
+            conn.forget(run)
+            reply.update(status="finished", exit_code=run.exit_code())
+        elif run.prompt is not None:
+            reply.update(status="waiting-input", prompt=run.prompt)
+        else:
+            reply["status"] = "continued"
+        return reply
+
+    def forget(self, session_id: str, why: str | None = None) -> None:
+        """Drop a session's kernel client (it ended, or its kernel restarted)."""
+        conn = self._connections.pop(session_id, None)
+        self._locks.pop(session_id, None)
+        if conn is not None:
+            conn.close()
+            if why:
+                self.log.info("bai-jupyter: runs of %s dropped: %s", session_id, why)
+
+    def close(self) -> None:
+        for session_id in list(self._connections):
+            self.forget(session_id)
+
+
+class ExecuteHandler(BaiHandler):
+    """``{code, mode, run_id, options}`` → ``{run_id, status, exit_code, console}``."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, key: str) -> None:
+        body = self.json_body()
+        unknown = [k for k in body if k not in _BODY_KEYS]
+        if unknown:
+            raise InvalidRequest(
+                f"{unknown[0]}: unknown field; known fields: {', '.join(_BODY_KEYS)}"
+            )
+        mode = body.get("mode", "query")
+        if mode not in MODES:
+            raise InvalidRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+        code = body.get("code", "")
+        if not isinstance(code, str):
+            raise InvalidRequest(f"code: must be a string, got {json.dumps(code)[:60]}")
+        run_id = body.get("run_id")
+        if run_id is not None and (not isinstance(run_id, str) or not 0 < len(run_id) <= 64):
+            raise InvalidRequest("run_id: must be a string of 1 to 64 characters")
+        if not isinstance(body.get("options") or {}, dict):
+            raise InvalidRequest("options: must be a JSON object")
+        session = await self.session(key, "execute")
+        self.write_json(await self.app.runs.step(session, mode, code, run_id))

@@ -1,0 +1,251 @@
+"""``/bai/sessions/{id}/proxy/{service}/…``: a service port of main1, over HTTP and WebSocket.
+
+Built on jupyter-server-proxy's :class:`ProxyHandler` (its request building,
+WebSocket relay, subprotocols and redirect rewriting); what is ours: the target
+comes from the session (never from the URL), the caller must own the session,
+Jupyter's credentials stay here, and response bodies stream instead of being
+buffered whole.
+"""
+
+from __future__ import annotations
+
+import re
+from http.client import responses
+from http.cookies import CookieError, SimpleCookie
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.utils import ensure_async, url_path_join
+from jupyter_server_proxy.handlers import ProxyHandler  # type: ignore[import-untyped]
+from tornado import httpclient, httputil, web
+from tornado.web import HTTPError
+
+from ..errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
+from ..model import KernelRole, Session, Status
+from ..registry import local_owner
+from .base import ADMIN, SESSIONS, error_body
+
+__all__ = ["SessionProxyHandler"]
+
+#: Query parameters and headers that carry Jupyter's credentials.
+_JUPYTER_QUERY = {"token", "_xsrf"}
+_JUPYTER_HEADERS = ("X-XSRFToken", "X-XSRF-Token", "X-Csrftoken")
+_JUPYTER_AUTH = re.compile(r"^\s*(token|bearer)\s", re.IGNORECASE)
+#: Response headers a streamed reply must not copy (tornado frames the body itself).
+_FRAMING = {"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive"}
+
+
+class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
+    """Proxies to the service's port on main1, once the caller is allowed."""
+
+    auth_resource = SESSIONS
+
+    def initialize(self, app: Any) -> None:
+        self.bai = app
+        self.target: tuple[str, int] | None = None
+
+    # --- who may go where ---------------------------------------------------------------------
+
+    async def prepare(self, *args: Any, **kwargs: Any) -> None:
+        """Authenticate (jupyter-server-proxy), then authorize and resolve before anything."""
+        await super().prepare(*args, **kwargs)
+        try:
+            await self._resolve(*self.path_args[:2])
+        except BaiError as exc:
+            self.set_status(exc.status)
+            if exc.status == 503:
+                self.set_header("Retry-After", "2")
+            self.set_header("Content-Type", "application/json")
+            self.finish(error_body(exc.code, exc.message))
+
+    async def _allowed(self, resource: str) -> bool:
+        action = "execute" if self.request.method != "GET" else "read"
+        return bool(
+            await ensure_async(
+                self.authorizer.is_authorized(self, self.current_user, action, resource)
+            )
+        )
+
+    async def _resolve(self, session_id: str, service: str) -> None:
+        if not await self._allowed(SESSIONS):
+            raise Forbidden(f"not allowed to use {SESSIONS}")
+        manager = self.bai.manager
+        owner = str(self.current_user.username) if self.bai.multi_user else local_owner()
+        try:
+            session: Session = await manager.get(session_id, owner)
+        except NotFound:
+            if not await self._allowed(ADMIN):
+                raise
+            session = await manager.get(session_id)
+        ports = {s.split(":")[0]: s.split(":") for s in session.spec.service_ports}
+        if service not in ports:
+            known = ", ".join(ports) or "none"
+            raise NotFound(f"session {session.id} has no service {service!r} (services: {known})")
+        if ports[service][1] == "tcp":
+            raise InvalidRequest(f"service {service!r} is raw tcp: it is not proxied over HTTP")
+        if session.status is not Status.RUNNING:
+            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        port = main.info.get("ports", {}).get(f"service:{service}")
+        host = main.info.get("host")
+        if not host or not port:
+            raise Unavailable(f"session {session.id}: main1's port of {service!r} is not known yet")
+        self.target = (str(host), int(port))
+        self.proxy_base = url_path_join("bai/sessions", session.id, "proxy", service)
+        self.host_allowlist = [str(host)]
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = responses.get(status_code, "error")
+        if isinstance(exc, HTTPError) and exc.log_message:
+            message = exc.log_message
+        code = {403: "forbidden", 404: "not-found", 502: "bad-gateway"}.get(status_code, "error")
+        self.set_header("Content-Type", "application/json")
+        self.finish(error_body(code, message))
+
+    # --- what the service gets ----------------------------------------------------------------
+
+    def proxy_request_headers(self) -> httputil.HTTPHeaders:
+        """The request's headers without Jupyter's token, cookies and XSRF header."""
+        headers = cast(httputil.HTTPHeaders, super().proxy_request_headers())
+        for name in _JUPYTER_HEADERS:
+            headers.pop(name, None)
+        if _JUPYTER_AUTH.match(headers.get("Authorization", "")):
+            headers.pop("Authorization")
+        if "Cookie" in headers:
+            kept = self._service_cookies(headers["Cookie"])
+            headers.pop("Cookie")
+            if kept:
+                headers["Cookie"] = kept
+        return headers
+
+    def _service_cookies(self, header: str) -> str:
+        jupyter = {"_xsrf", self.cookie_name}
+        try:
+            cookies = SimpleCookie(header)
+        except CookieError:
+            return ""
+        return "; ".join(
+            f"{name}={morsel.coded_value}"
+            for name, morsel in cookies.items()
+            if name not in jupyter and not name.startswith("jupyterhub-")
+        )
+
+    def get_client_uri(self, protocol: str, host: str, port: int, proxied_path: str) -> str:
+        query = self.request.query
+        if query:
+            kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True)]
+            self.request.query = urlencode([(k, v) for k, v in kept if k not in _JUPYTER_QUERY])
+        try:
+            return cast(str, super().get_client_uri(protocol, host, port, proxied_path))
+        finally:
+            self.request.query = query
+
+    def check_xsrf_cookie(self) -> None:
+        """The service checks its own requests; Jupyter's XSRF token is not its business."""
+
+    # --- the methods --------------------------------------------------------------------------
+
+    def _where(self) -> tuple[str, int]:
+        assert self.target is not None  # set by prepare, which finishes the request otherwise
+        return self.target
+
+    @web.authenticated
+    @authorized
+    async def get(self, session_id: str, service: str, path: str = "") -> None:
+        """HTTP GET, or the WebSocket handshake (then :meth:`open`)."""
+        await super().get(session_id, service, path)
+
+    async def http_get(self, session_id: str, service: str, path: str = "") -> None:
+        await self.proxy(*self._where(), path)
+
+    @web.authenticated
+    @authorized
+    async def post(self, session_id: str, service: str, path: str = "") -> None:
+        await self.proxy(*self._where(), path)
+
+    @web.authenticated
+    @authorized
+    async def put(self, session_id: str, service: str, path: str = "") -> None:
+        await self.proxy(*self._where(), path)
+
+    @web.authenticated
+    @authorized
+    async def patch(self, session_id: str, service: str, path: str = "") -> None:
+        await self.proxy(*self._where(), path)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, session_id: str, service: str, path: str = "") -> None:
+        await self.proxy(*self._where(), path)
+
+    @web.authenticated
+    @authorized
+    async def head(self, session_id: str, service: str, path: str = "") -> None:
+        await self.proxy(*self._where(), path)
+
+    @web.authenticated
+    @authorized
+    async def options(self, session_id: str, service: str, path: str = "") -> None:
+        await self.proxy(*self._where(), path)
+
+    async def open(self, session_id: str, service: str, path: str = "") -> None:
+        """The WebSocket side, after :meth:`get` and ``prepare`` let the handshake through."""
+        await self.proxy_open(*self._where(), path)
+
+    async def _proxy_buffered(
+        self, host: str, port: int, proxied_path: str, body: bytes | None, client: Any
+    ) -> None:
+        """Stream the reply as it comes (the parent class would buffer it whole)."""
+        started = False
+        head: dict[str, Any] = {}
+
+        def on_header(line: str) -> None:
+            if line.startswith("HTTP/"):
+                head.clear()
+                head["start"] = httputil.parse_response_start_line(line.strip())
+                head["headers"] = httputil.HTTPHeaders()
+            elif line.strip() and "headers" in head:
+                head["headers"].parse_line(line)
+
+        def send_head() -> None:
+            nonlocal started
+            if started or "start" not in head:
+                return
+            started = True
+            start = head["start"]
+            self.set_status(start.code, start.reason)
+            self._headers = httputil.HTTPHeaders()
+            for name, value in head["headers"].get_all():
+                if name in _FRAMING:
+                    continue
+                if name == "Location" and start.code in (301, 302, 303, 307, 308):
+                    value = self._rewrite_location_header(value, host, port, proxied_path)
+                self.add_header(name, value)
+
+        def on_chunk(chunk: bytes) -> None:
+            send_head()
+            self.write(chunk)
+            self.flush()
+
+        request = self._build_proxy_request(
+            host,
+            port,
+            proxied_path,
+            body,
+            header_callback=on_header,
+            streaming_callback=on_chunk,
+        )
+        try:
+            response = await client.fetch(request, raise_error=False)
+        except httpclient.HTTPError as exc:
+            raise HTTPError(502, f"the service did not answer: {exc}") from exc
+        finally:
+            client.close()
+        if response.error is not None and not isinstance(response.error, httpclient.HTTPError):
+            if started:
+                return  # the head is out: all we can do is end the body early
+            raise HTTPError(502, f"the service did not answer: {response.error}")
+        send_head()
+        self._record_activity()

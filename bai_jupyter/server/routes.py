@@ -1,0 +1,62 @@
+"""The URL table of the extension: REST API, event stream, OpenAPI description, proxy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from .base import BaiHandler
+from .cluster import AgentsHandler, SchedulerHandler
+from .events import EventsHandler
+from .execute import ExecuteHandler
+from .openapi import openapi
+from .proxy import SessionProxyHandler
+from .sessions import (
+    InterruptHandler,
+    LogsHandler,
+    RestartHandler,
+    SessionHandler,
+    SessionsHandler,
+)
+from .templates import TemplateHandler, TemplatesHandler
+
+__all__ = ["API", "OpenAPIHandler", "api_routes", "routes"]
+
+API = "/bai/api/v1"
+_KEY = "([^/]+)"
+
+
+class OpenAPIHandler(BaiHandler):
+    """The OpenAPI 3 description of this API (kept true by tests/test_api_openapi.py)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.write_json(openapi(self.base_url))
+
+
+def api_routes() -> list[tuple[str, type[BaiHandler]]]:
+    """The REST routes, as (pattern under the base URL, handler)."""
+    return [
+        (f"{API}/sessions", SessionsHandler),
+        (f"{API}/sessions/{_KEY}", SessionHandler),
+        (f"{API}/sessions/{_KEY}/logs", LogsHandler),
+        (f"{API}/sessions/{_KEY}/interrupt", InterruptHandler),
+        (f"{API}/sessions/{_KEY}/restart", RestartHandler),
+        (f"{API}/sessions/{_KEY}/execute", ExecuteHandler),
+        (f"{API}/templates", TemplatesHandler),
+        (f"{API}/templates/{_KEY}", TemplateHandler),
+        (f"{API}/agents", AgentsHandler),
+        (f"{API}/scheduler", SchedulerHandler),
+        (f"{API}/events", EventsHandler),
+        (f"{API}/openapi.json", OpenAPIHandler),
+    ]
+
+
+def routes(app: Any) -> list[tuple[Any, ...]]:
+    """Every route of the extension, the proxy's included."""
+    table: list[tuple[Any, ...]] = list(api_routes())
+    table.append((f"/bai/sessions/{_KEY}/proxy/{_KEY}(/.*|)", SessionProxyHandler, {"app": app}))
+    return table

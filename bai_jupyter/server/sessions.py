@@ -1,0 +1,146 @@
+"""``/bai/api/v1/sessions…``: create, list, get, delete, logs, interrupt, restart."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from ..errors import InvalidRequest
+from ..model import Session, SessionType, Status
+from ..wire import session_to_json
+from .base import BaiHandler
+
+__all__ = ["SessionHandler", "SessionsHandler", "proxy_url", "service_list", "session_view"]
+
+_STATUS_NAMES = ", ".join(s.value for s in Status)
+_TYPE_NAMES = ", ".join(t.value for t in SessionType)
+
+
+def proxy_url(base_url: str, session_id: str, service: str) -> str:
+    """Where a service port of main1 is reached through this server."""
+    return url_path_join(base_url, "bai/sessions", session_id, "proxy", service) + "/"
+
+
+def service_list(session: Session, base_url: str) -> list[dict[str, Any]]:
+    """The session's service ports; ``url`` is null for raw ``tcp`` ones (not proxied)."""
+    services = []
+    for spec in session.spec.service_ports:
+        name, proto, port = spec.split(":")
+        url = None if proto == "tcp" else proxy_url(base_url, session.id, name)
+        services.append({"name": name, "protocol": proto, "port": int(port), "url": url})
+    return services
+
+
+def session_view(session: Session, base_url: str) -> dict[str, Any]:
+    """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``."""
+    return {**session_to_json(session), "services": service_list(session, base_url)}
+
+
+def _parse_statuses(raw: list[str]) -> list[Status] | None:
+    names = [part.strip() for item in raw for part in item.split(",") if part.strip()]
+    if not names:
+        return None
+    wanted = []
+    for name in names:
+        try:
+            wanted.append(Status(name.upper()))
+        except ValueError:
+            problem = f"status: no status {name!r} (statuses: {_STATUS_NAMES})"
+            raise InvalidRequest(problem) from None
+    return wanted
+
+
+class SessionsHandler(BaiHandler):
+    """The caller's sessions (everyone's for an admin with ``?all=true``); create one."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        statuses = _parse_statuses(self.get_arguments("status"))
+        kind = self.get_argument("type", "") or None
+        if kind is not None and kind not in {t.value for t in SessionType}:
+            raise InvalidRequest(f"type: no session type {kind!r} (types: {_TYPE_NAMES})")
+        everyone = self.get_argument("all", "false").lower() in ("1", "true", "yes")
+        owner = None if everyone and await self.is_admin() else self.owner
+        sessions = await self.manager.list(owner=owner, statuses=statuses)
+        views = [
+            session_view(s, self.base_url)
+            for s in sessions
+            if kind is None or s.spec.type.value == kind
+        ]
+        self.write_json({"sessions": views})
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body()
+        template = body.pop("template", None)
+        meta = body.pop("meta", None)
+        if template is not None and not isinstance(template, str):
+            raise InvalidRequest(f"template: must be a template name, got {template!r}")
+        if meta is not None and not isinstance(meta, dict):
+            raise InvalidRequest(f"meta: must be a JSON object, got {meta!r}")
+        session = await self.manager.create(body, self.owner, template=template, meta=meta)
+        self.set_header("Location", url_path_join(self.request.path, session.id))
+        self.write_json(session_view(session, self.base_url), status=201)
+
+
+class SessionHandler(BaiHandler):
+    """One session: read it, or end it (cancel while pending, terminate otherwise)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, key: str) -> None:
+        self.write_json(session_view(await self.session(key), self.base_url))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, key: str) -> None:
+        session = await self.session(key, "write")
+        reason = self.get_argument("reason", "user-requested")
+        ended = await self.manager.destroy(session.id, reason=reason)
+        self.app.runs.forget(session.id)
+        self.write_json(session_view(ended, self.base_url))
+
+
+class LogsHandler(BaiHandler):
+    """A kernel's output (``?kernel=sub1``; default main1), kept after the session ends."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, key: str) -> None:
+        session = await self.session(key)
+        kernel = self.get_argument("kernel", "main1")
+        logs = await self.manager.logs(session.id, kernel=kernel)
+        self.write_json({"session_id": session.id, "kernel": kernel, "logs": logs})
+
+
+class InterruptHandler(BaiHandler):
+    """SIGINT to a kernel's runtime: interrupts main1's ipykernel (what is running stops)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, key: str) -> None:
+        session = await self.session(key, "write")
+        kernel = self.get_argument("kernel", "main1")
+        await self.manager.signal(session.id, signal.SIGINT, kernel=kernel)
+        self.set_status(204)
+        self.finish()
+
+
+class RestartHandler(BaiHandler):
+    """SIGHUP to main1's runtime: restarts its ipykernel in place (same ports, new state)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, key: str) -> None:
+        session = await self.session(key, "write")
+        kernel = self.get_argument("kernel", "main1")
+        await self.manager.signal(session.id, signal.SIGHUP, kernel=kernel)
+        self.app.runs.forget(session.id, "the kernel was restarted")
+        self.set_status(204)
+        self.finish()
