@@ -17,7 +17,7 @@ import json
 import os
 import signal as signals
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -224,7 +224,7 @@ class RemoteManager:
         reply: dict[str, Any] = await self._call("POST", _path("sessions", key, "execute"), body)
         return reply
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncGenerator[dict[str, Any], None]:
         """Status changes of the caller's sessions as they happen (Server-Sent Events)."""
         stream = _EventStream(self)
         try:

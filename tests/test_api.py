@@ -467,3 +467,15 @@ async def test_execute_on_a_pending_session_is_503(server: Server) -> None:
         assert "PENDING" in body(reply)["message"]
     finally:
         await client.destroy(session.id)
+
+
+async def test_proxy_is_for_the_owner_only(server: Server) -> None:
+    client = server.client("alice-token")
+    session = await client.create({"starts_at": FUTURE, "service_ports": ["web:http:8080"]})
+    path = f"bai/sessions/{session.id}/proxy/web/"
+    try:
+        assert (await server.fetch("GET", path, token="bob-token")).code == 404
+        assert (await server.fetch("GET", path, token="alice-token")).code == 503  # not RUNNING
+        assert (await server.fetch("GET", path, token="admin-token")).code == 503
+    finally:
+        await client.destroy(session.id)

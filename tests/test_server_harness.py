@@ -183,7 +183,7 @@ c.SessionManager.pass_interval = 1.0
 
 
 def _wait_ready(server: Server, timeout: float = 60) -> None:
-    """Poll (blocking: the tests' loop is not running yet) until the manager answers."""
+    """Poll (blocking: the tests' loop is not running yet) until the manager has agents."""
     import urllib.error
     import urllib.request
 
@@ -196,7 +196,7 @@ def _wait_ready(server: Server, timeout: float = 60) -> None:
             raise RuntimeError(f"the server exited:\n{server.tail()}")
         try:
             with urllib.request.urlopen(request, timeout=5) as reply:
-                if reply.status == 200:
+                if json.load(reply)["agents"]:  # the manager has registered its agents
                     return
         except (urllib.error.URLError, OSError):
             pass

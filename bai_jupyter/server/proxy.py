@@ -48,7 +48,12 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     # --- who may go where ---------------------------------------------------------------------
 
     async def prepare(self, *args: Any, **kwargs: Any) -> None:
-        """Authenticate (jupyter-server-proxy), then authorize and resolve before anything."""
+        """Authenticate (jupyter-server-proxy), then authorize and resolve before anything.
+
+        A browser page without credentials is sent to Jupyter's login; a WebSocket gets 403.
+        """
+        if self.request.headers.get("Upgrade", "").lower() == "websocket":
+            kwargs["_redirect_to_login"] = False
         await super().prepare(*args, **kwargs)
         try:
             await self._resolve(*self.path_args[:2])

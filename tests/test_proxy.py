@@ -1,0 +1,217 @@
+"""The service-port proxy against real HTTP and WebSocket services in a Docker main1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_server_harness import Server, start_server
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+from bai_jupyter.model import Session, Status
+from bai_jupyter.registry import local_owner
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
+
+#: Two tornado apps (the image's Debian tornado 6.2): HTTP on 8080, WebSocket echo on 8081.
+SERVICE = r"""
+import asyncio, json
+from tornado import web, websocket
+
+released = asyncio.Event()
+
+class Echo(web.RequestHandler):
+    def get(self):
+        self.set_cookie("service", "yes")
+        self.write({"path": self.request.path, "query": self.request.query,
+                    "headers": dict(self.request.headers)})
+    def post(self):
+        self.write({"body": self.request.body.decode(), "method": "POST"})
+
+class Bytes(web.RequestHandler):
+    def get(self, n):
+        self.write(b"x" * int(n))
+
+class Stream(web.RequestHandler):
+    async def get(self):
+        released.clear()
+        self.write("first;")
+        await self.flush()
+        await released.wait()
+        self.write("second")
+
+class Release(web.RequestHandler):
+    def get(self):
+        released.set()
+
+class Away(web.RequestHandler):
+    def get(self):
+        self.redirect("/echo")
+
+class WS(websocket.WebSocketHandler):
+    def on_message(self, message):
+        self.write_message(message, binary=isinstance(message, bytes))
+
+async def main():
+    web.Application([(r"/echo", Echo), (r"/bytes/(\d+)", Bytes), (r"/stream", Stream),
+                     (r"/release", Release), (r"/away", Away)]).listen(8080)
+    web.Application([(r"/ws", WS)]).listen(8081)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+START = f"""
+import subprocess, sys
+open("/tmp/svc.py", "w").write({SERVICE!r})
+subprocess.Popen([sys.executable, "/tmp/svc.py"], start_new_session=True,
+                 stdout=open("/tmp/svc.log", "w"), stderr=subprocess.STDOUT)
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("proxy"), 'c.SessionManager.backend = "docker"\n')
+    yield srv
+    srv.stop()
+
+
+async def start_service(server: Server) -> Session:
+    client = server.client()
+    session = await client.create(
+        {
+            "resources": {"cpu": "0.5", "mem": "256m"},
+            "service_ports": ["web:http:8080", "ws:http:8081", "raw:tcp:9000"],
+        }
+    )
+    session = await client.wait_for(session.id, {Status.RUNNING}, timeout=120)
+    assert session.status is Status.RUNNING, session.status_data
+    reply = await client.execute(session.id, START)
+    assert reply["status"] == "finished" and reply["exit_code"] == 0, reply
+    for _ in range(200):  # until the service listens (502 from the proxy before)
+        if (await server.fetch("GET", f"bai/sessions/{session.id}/proxy/web/echo")).code == 200:
+            return session
+        await asyncio.sleep(0.1)
+    raise AssertionError(await client.logs(session.id))
+
+
+@pytest.fixture(scope="module")
+def service(server: Server) -> Iterator[Session]:
+    session = asyncio.run(start_service(server))
+    yield session
+    asyncio.run(server.client().destroy(session.id))
+
+
+async def test_single_user_server_files_sessions_under_the_local_owner(
+    service: Session,
+) -> None:
+    assert service.owner == local_owner()
+
+
+async def test_http_reaches_the_service_without_jupyters_credentials(
+    server: Server, service: Session
+) -> None:
+    base = f"bai/sessions/{service.id}/proxy/web"
+    reply = await server.fetch(
+        "GET",
+        f"{base}/echo?x=1&token={server.token}&_xsrf=abc",
+        headers={
+            "Cookie": "_xsrf=abc; mine=1; jupyterhub-session-id=s",
+            "X-XSRFToken": "abc",
+        },
+    )
+    assert reply.code == 200, reply.body
+    seen = json.loads(reply.body)
+    assert seen["path"] == "/echo" and seen["query"] == "x=1"
+    headers = {k.lower(): v for k, v in seen["headers"].items()}
+    assert "authorization" not in headers and "x-xsrftoken" not in headers
+    assert headers["cookie"] == "mine=1"
+    assert headers["x-forwarded-context"].endswith(f"/bai/sessions/{service.id}/proxy/web")
+    assert "service=yes" in reply.headers["Set-Cookie"]
+    # The token in the query authenticates too, and is not passed on either.
+    by_query = await server.fetch("GET", f"{base}/echo?token={server.token}", token="")
+    assert by_query.code == 200 and json.loads(by_query.body)["query"] == ""
+
+
+async def test_http_bodies_both_ways_and_redirects(server: Server, service: Session) -> None:
+    base = f"bai/sessions/{service.id}/proxy/web"
+    posted = await server.fetch("POST", f"{base}/echo", raw_body=b"hello")
+    assert json.loads(posted.body) == {"body": "hello", "method": "POST"}
+    big = await server.fetch("GET", f"{base}/bytes/{1 << 20}")
+    assert big.code == 200 and big.body == b"x" * (1 << 20)
+    away = await server.fetch("GET", f"{base}/away")
+    assert away.code == 302
+    assert away.headers["Location"] == f"/bai/sessions/{service.id}/proxy/web/echo"
+
+
+async def test_http_bodies_stream(server: Server, service: Session) -> None:
+    """The first chunk arrives while the service still holds the rest back."""
+    first = asyncio.get_running_loop().create_future()
+    chunks: list[bytes] = []
+
+    def on_chunk(chunk: bytes) -> None:
+        chunks.append(chunk)
+        if not first.done():
+            first.set_result(chunk)
+
+    from tornado.httpclient import AsyncHTTPClient
+
+    request = HTTPRequest(
+        f"{server.url}bai/sessions/{service.id}/proxy/web/stream",
+        headers={"Authorization": f"token {server.token}"},
+        streaming_callback=on_chunk,
+        request_timeout=60,
+    )
+    whole = asyncio.ensure_future(AsyncHTTPClient().fetch(request))
+    assert await asyncio.wait_for(first, 30) == b"first;"
+    assert not whole.done()
+    released = await server.fetch("GET", f"bai/sessions/{service.id}/proxy/web/release")
+    assert released.code == 200
+    await whole
+    assert b"".join(chunks) == b"first;second"
+
+
+async def test_websocket_echo(server: Server, service: Session) -> None:
+    url = f"{server.url.replace('http', 'ws', 1)}bai/sessions/{service.id}/proxy/ws/ws"
+    request = HTTPRequest(url, headers={"Authorization": f"token {server.token}"})
+    conn = await websocket_connect(request)
+    try:
+        await conn.write_message("ping")
+        assert await conn.read_message() == "ping"
+        await conn.write_message(b"\x00\x01", binary=True)
+        assert await conn.read_message() == b"\x00\x01"
+    finally:
+        conn.close()
+    refused = HTTPRequest(url, headers={"Authorization": "token wrong"})
+    with pytest.raises(Exception, match="403"):
+        await websocket_connect(refused)
+
+
+async def test_unknown_service_tcp_service_and_unknown_session(
+    server: Server, service: Session
+) -> None:
+    cases: list[tuple[str, int, str]] = [
+        (f"bai/sessions/{service.id}/proxy/nope/", 404, "services: web, ws, raw"),
+        (f"bai/sessions/{service.id}/proxy/raw/", 400, "tcp"),
+        ("bai/sessions/0123456789abcdef/proxy/web/", 404, "0123456789abcdef"),
+    ]
+    for path, status, needle in cases:
+        reply = await server.fetch("GET", path)
+        assert reply.code == status, reply.body
+        error: dict[str, Any] = json.loads(reply.body)
+        assert needle in error["message"]
+
+
+async def test_not_running_is_503_with_a_retry_hint(server: Server) -> None:
+    client = server.client()
+    pending = await client.create({"starts_at": 4e9, "service_ports": ["web:http:8080"]})
+    try:
+        reply = await server.fetch("GET", f"bai/sessions/{pending.id}/proxy/web/")
+        assert reply.code == 503 and reply.headers["Retry-After"] == "2"
+        assert json.loads(reply.body)["error"] == "unavailable"
+    finally:
+        await client.destroy(pending.id)
