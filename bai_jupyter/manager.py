@@ -354,6 +354,7 @@ class SessionManager(LoggingConfigurable):
                 f"resource_group: no group {spec.resource_group!r} "
                 f"(groups: {', '.join(sorted(self._groups))})"
             )
+        await self._check_image(spec.image, spec.resource_group)
         for entry in spec.mounts:
             try:
                 parse_mount(entry, owner, self._folders_root())
@@ -371,6 +372,28 @@ class SessionManager(LoggingConfigurable):
         self._publish(session)
         self.wake()
         return session
+
+    async def _check_image(self, image: str, group: str) -> None:
+        """Refuse at once an image no agent of the group has (no registry is asked at start)."""
+        agents = [a for a in self._agents.values() if a.resource_group == group]
+        failures = []
+        for agent in agents:
+            try:
+                if await agent.has_image(image):
+                    return
+            except AgentError as exc:
+                failures.append(str(exc))
+        if failures:
+            raise Unavailable("; ".join(failures))
+        if agents:
+            hint = (
+                "build it: bai-jupyter image build"
+                if image == self.default_image
+                else ("pull or build it on the agents first")
+            )
+            raise InvalidRequest(
+                f"image: {image} is on no agent of resource group {group!r}; {hint}"
+            )
 
     async def _resolve_id(self, key: str, owner: str) -> str:
         session = await self._query(lambda tx: tx.get_session(key, owner))

@@ -215,3 +215,10 @@ async def test_not_running_is_503_with_a_retry_hint(server: Server) -> None:
         assert json.loads(reply.body)["error"] == "unavailable"
     finally:
         await client.destroy(pending.id)
+
+
+async def test_an_image_no_agent_has_is_refused_at_once(server: Server) -> None:
+    request = {"image": "bai-jupyter/no-such-image:0"}
+    reply = await server.fetch("POST", "bai/api/v1/sessions", request)
+    assert reply.code == 400, reply.body
+    assert "bai-jupyter/no-such-image:0 is on no agent" in json.loads(reply.body)["message"]

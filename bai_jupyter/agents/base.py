@@ -86,6 +86,10 @@ class AgentBackend(abc.ABC):
     async def capacity(self) -> ResourceSlot:
         """What kernels may use on this node in all."""
 
+    async def has_image(self, image: str) -> bool:
+        """Whether ``image`` is here to start kernels from (backends that run none: always)."""
+        return True
+
     @abc.abstractmethod
     async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
         """Start the session's kernels placed here, concurrently; all or nothing."""

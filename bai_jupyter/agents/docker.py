@@ -291,6 +291,16 @@ class DockerAgent(AgentBackend):
             self._capacity = engine - ResourceSlot(kept)
         return self._capacity
 
+    async def has_image(self, image: str) -> bool:
+        api = await self._api()
+        try:
+            await asyncio.to_thread(api.inspect_image, image)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.DockerException as exc:
+            raise AgentError(f"agent {self.id}: looking up image {image}: {_explain(exc)}") from exc
+        return True
+
     # -- sessions ------------------------------------------------------------------
 
     def _lock(self, session_id: str) -> asyncio.Lock:
