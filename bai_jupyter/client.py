@@ -16,13 +16,16 @@ import contextlib
 import json
 import os
 import signal as signals
+import ssl
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httputil import HTTPInputError, parse_response_start_line
+from tornado.iostream import IOStream, StreamClosedError
+from tornado.tcpclient import TCPClient
 
 from . import errors
 from .model import Session, Status
@@ -114,7 +117,7 @@ class RemoteManager:
         except HTTPClientError as exc:
             if exc.response is None:  # our own timeout
                 raise self._unreachable(exc) from exc
-            raise _api_error(exc.response) from None
+            raise _api_error(exc.response.code, exc.response.reason, exc.response.body) from None
         except OSError as exc:
             raise self._unreachable(exc) from exc
         if response.code == 204 or not response.body:
@@ -238,17 +241,18 @@ class RemoteManager:
     async def list_templates(self) -> builtins.list[Template]:
         """Shared templates and the caller's own."""
         reply = await self._call("GET", "templates")
-        return [Template.from_json(item) for item in reply["templates"]]
+        return [_template(item) for item in reply["templates"]]
 
     async def get_template(self, name: str) -> Template:
         """The caller's template of that name, else the shared one."""
-        return Template.from_json(await self._call("GET", _path("templates", name)))
+        return _template(await self._call("GET", _path("templates", name)))
 
-    async def put_template(self, template: Template) -> Template:
-        """Create or replace a template (``owner`` None: shared, admins only)."""
-        body = template.to_json()
-        reply = await self._call("PUT", _path("templates", template.name), body)
-        return Template.from_json(reply)
+    async def put_template(
+        self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False
+    ) -> Template:
+        """Create or replace one of the caller's templates (``shared``: everyone's; admins)."""
+        body = {"spec": dict(spec), "description": description, "shared": shared}
+        return _template(await self._call("PUT", _path("templates", name), body))
 
     async def delete_template(self, name: str, shared: bool = False) -> None:
         """Remove the caller's template of that name (or the shared one)."""
@@ -267,45 +271,81 @@ class RemoteManager:
         return reply
 
 
+def _template(data: dict[str, Any]) -> Template:
+    return Template.from_json({k: v for k, v in data.items() if k != "shared"})
+
+
 def _path(*parts: str) -> str:
     return "/".join(quote(part, safe="") for part in parts)
 
 
 class _EventStream:
-    """One open ``events`` request whose frames are parsed into a queue as they arrive."""
+    """One open ``events`` request whose frames are parsed into a queue as they arrive.
+
+    A plain HTTP/1.0 exchange on a stream of our own (the body is then raw until
+    the server closes), so that :meth:`close` can really end it: tornado's
+    HTTP client offers no way to abort a request it has under way.
+    """
 
     def __init__(self, remote: RemoteManager) -> None:
         self._queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-        self._buffer = b""
-        # A client of its own: an endless stream must not hit the shared client's body limit.
-        self._http = SimpleAsyncHTTPClient(force_instance=True, max_body_size=1 << 62)
-        request = HTTPRequest(
-            remote._endpoint("events"),
-            headers={**remote._headers(), "Accept": "text/event-stream"},
-            request_timeout=0,  # no limit: the stream is meant to stay open
-            connect_timeout=remote.request_timeout,
-            streaming_callback=self._feed,
-        )
-        self._task = asyncio.ensure_future(self._pump(remote, request))
+        self._stream: IOStream | None = None
+        self._closing = False
+        self._task = asyncio.ensure_future(self._pump(remote))
 
-    def _feed(self, chunk: bytes) -> None:
-        self._buffer += chunk
-        while b"\n\n" in self._buffer:
-            frame, self._buffer = self._buffer.split(b"\n\n", 1)
+    def _feed(self, buffer: bytes) -> bytes:
+        """Queue every complete frame of ``buffer``; return the incomplete rest."""
+        buffer = buffer.replace(b"\r\n", b"\n")
+        while b"\n\n" in buffer:
+            frame, buffer = buffer.split(b"\n\n", 1)
             data = [line[5:].strip() for line in frame.split(b"\n") if line.startswith(b"data:")]
             if data:
                 self._queue.put_nowait(json.loads(b"\n".join(data)))
+        return buffer
 
-    async def _pump(self, remote: RemoteManager, request: HTTPRequest) -> None:
+    async def _connect(self, remote: RemoteManager) -> IOStream:
+        url = urlsplit(remote._endpoint("events"))
+        secure = url.scheme == "https"
+        port = url.port or (443 if secure else 80)
+        stream = await asyncio.wait_for(
+            TCPClient().connect(
+                url.hostname or "localhost",
+                port,
+                ssl_options=ssl.create_default_context() if secure else None,
+            ),
+            remote.request_timeout,
+        )
+        headers = {
+            **remote._headers(),
+            "Host": url.netloc,
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",
+        }
+        target = url.path + (f"?{url.query}" if url.query else "")
+        lines = [f"GET {target} HTTP/1.0", *(f"{k}: {v}" for k, v in headers.items())]
+        await stream.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        return stream
+
+    async def _pump(self, remote: RemoteManager) -> None:
         try:
-            await self._http.fetch(request)
-            self._queue.put_nowait(None)
-        except HTTPClientError as exc:
-            failure: BaseException = exc
-            if exc.response is not None:
-                failure = _api_error(exc.response)
-            self._queue.put_nowait(failure)
-        except OSError as exc:
+            self._stream = stream = await self._connect(remote)
+            head = await stream.read_until(b"\r\n\r\n", max_bytes=65536)
+            status_line, _, _ = head.decode("latin-1").partition("\r\n")
+            start = parse_response_start_line(status_line)
+            if start.code != 200:
+                body = await stream.read_until_close()
+                self._queue.put_nowait(_api_error(start.code, start.reason, body))
+                return
+            buffer = b""
+            while True:
+                buffer = self._feed(buffer + await stream.read_bytes(65536, partial=True))
+        except StreamClosedError:
+            self._queue.put_nowait(
+                None
+                if self._closing
+                else remote._unreachable(ConnectionError("the event stream was cut"))
+            )
+        except (OSError, asyncio.TimeoutError, HTTPInputError) as exc:
             self._queue.put_nowait(remote._unreachable(exc))
 
     async def next(self) -> dict[str, Any] | None:
@@ -318,26 +358,28 @@ class _EventStream:
         return item
 
     async def close(self) -> None:
+        self._closing = True
+        if self._stream is not None:
+            self._stream.close()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        self._http.close()
 
 
-def _api_error(response: HTTPResponse) -> errors.BaiError:
+def _api_error(status: int, reason: str, body: bytes | None) -> errors.BaiError:
     """The :mod:`bai_jupyter.errors` instance for an error reply of the API (or of Jupyter)."""
     code, message = "", ""
     with contextlib.suppress(ValueError, AttributeError, TypeError):
-        data = json.loads(response.body)
+        data = json.loads(body or b"")
         code = str(data.get("error") or "")
         message = str(data.get("message") or data.get("reason") or "")
-    cls = _ERRORS.get(code) or _BY_STATUS.get(response.code)
+    cls = _ERRORS.get(code) or _BY_STATUS.get(status)
     if not message:
-        message = f"HTTP {response.code} {response.reason}"
-    if response.code in (401, 403) and not code:
+        message = f"HTTP {status} {reason}"
+    if status in (401, 403):
         message += " (check BAI_JUPYTER_TOKEN)"
     if cls is None:
         error = errors.BaiError(message)
-        error.status = response.code
+        error.status = status
         return error
     return cls(message)

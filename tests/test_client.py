@@ -1,0 +1,98 @@
+"""RemoteManager: the manager's API over HTTP, against a real server (local backend)."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+
+import pytest
+from test_server_harness import Server, free_port, start_server
+
+from bai_jupyter import errors
+from bai_jupyter.client import RemoteManager
+from bai_jupyter.model import Status
+from bai_jupyter.registry import local_owner
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("client"), 'c.SessionManager.backend = "local"\n')
+    yield srv
+    srv.stop()
+
+
+async def test_a_session_from_create_to_destroy(server: Server) -> None:
+    client = server.client()
+    session = await client.create(
+        {"name": "remote", "resources": {"cpu": "0.5", "mem": "128m"}}, meta={"k": "v"}
+    )
+    assert (session.status, session.owner, session.meta) == (
+        Status.PENDING,
+        local_owner(),
+        {"k": "v"},
+    )
+    running = await client.wait_for("remote", {Status.RUNNING}, timeout=90)
+    assert running.status is Status.RUNNING and running.kernels[0].info["connection"]
+    assert [s.id for s in await client.list(statuses=[Status.RUNNING])] == [session.id]
+    assert await client.list(type="batch") == []
+    assert "bai-runtime" in await client.logs(session.id)
+    await client.signal(session.id, signal.SIGINT)
+    with pytest.raises(errors.InvalidRequest, match="only SIGINT"):
+        await client.signal(session.id, signal.SIGTERM)
+    ended = await client.destroy(session.id)
+    assert ended.status is Status.TERMINATED and ended.status_info == "user-requested"
+    with pytest.raises(errors.Unavailable, match="TERMINATED"):
+        await client.signal(session.id, signal.SIGHUP)
+
+
+async def test_errors_come_back_as_the_same_classes(server: Server) -> None:
+    client = server.client()
+    with pytest.raises(errors.NotFound, match="no session 'ghost'"):
+        await client.get("ghost")
+    with pytest.raises(errors.InvalidRequest, match="cluster_size"):
+        await client.create({"cluster_size": 0})
+    pending = await client.create({"name": "dup", "starts_at": 4e9})
+    with pytest.raises(errors.Conflict, match="dup"):
+        await client.create({"name": "dup"})
+    with pytest.raises(errors.Timeout, match="still PENDING"):
+        await client.wait_for(pending.id, {Status.RUNNING}, timeout=0.5)
+    await client.destroy(pending.id)
+    with pytest.raises(errors.Forbidden, match="BAI_JUPYTER_TOKEN"):
+        await server.client("wrong").list()
+
+
+async def test_templates_agents_and_scheduler(server: Server) -> None:
+    client = server.client()
+    made = await client.put_template("tiny", {"resources": {"cpu": "0.5"}}, description="d")
+    assert (made.name, made.owner, made.description) == ("tiny", local_owner(), "d")
+    assert [t.name for t in await client.list_templates()] == ["tiny"]
+    assert (await client.get_template("tiny")).spec == {"resources": {"cpu": "0.5"}}
+    session = await client.create({"starts_at": 4e9}, template="tiny")
+    assert session.spec.resources.to_json() == {"cpu": "0.5"}
+    queue = (await client.scheduler())["resource_groups"]["default"]["queue"]
+    assert [entry["session_id"] for entry in queue] == [session.id]
+    await client.destroy(session.id)
+    await client.delete_template("tiny")
+    with pytest.raises(errors.NotFound):
+        await client.get_template("tiny")
+    (agent,) = await client.agents()
+    assert agent["backend"] == "local"
+
+
+async def test_an_unreachable_server_says_what_to_set() -> None:
+    url = f"http://127.0.0.1:{free_port()}/"
+    with pytest.raises(errors.Unavailable) as caught:
+        await RemoteManager(url, "t").list()
+    assert url in str(caught.value) and "BAI_JUPYTER_URL" in str(caught.value)
+
+
+def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BAI_JUPYTER_URL", raising=False)
+    with pytest.raises(errors.Unavailable, match="set BAI_JUPYTER_URL"):
+        RemoteManager.from_env()
+    monkeypatch.setenv("BAI_JUPYTER_URL", "http://h:1/user/a")
+    monkeypatch.setenv("BAI_JUPYTER_TOKEN", "tok")
+    remote = RemoteManager.from_env()
+    assert (remote.url, remote.token) == ("http://h:1/user/a/", "tok")
