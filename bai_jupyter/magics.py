@@ -39,8 +39,9 @@ from .client import RemoteManager
 from .errors import BaiError, InvalidRequest, Unavailable
 from .model import Status
 from .resources import ResourceSlot
+from .runtime.bai_runtime import PREFIX as RUNTIME_PREFIX
 from .templates import SpecError, validate_partial
-from .widgets import SessionRow, kernels_summary, queue_positions
+from .views import SessionRow, kernels_summary, queue_positions
 from .wire import session_to_json
 
 __all__ = [
@@ -331,6 +332,12 @@ def progress_line(row: SessionRow) -> str:
     return f"session {row.label}: " + " → ".join(marks)
 
 
+def user_output(text: str) -> str:
+    """A kernel's log without the runtime's own lines (set-up, exit code)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith(RUNTIME_PREFIX))
+
+
 async def follow(remote: RemoteManager, session_id: str) -> AsyncIterator[tuple[str, Any]]:
     """``("session", SessionRow)`` on each change, ``("log", text)`` as main1 writes it.
 
@@ -357,9 +364,13 @@ async def follow(remote: RemoteManager, session_id: str) -> AsyncIterator[tuple[
                 yield "session", row
             if row.phase in ("running", "result"):
                 text = await remote.logs(session_id)
-                if len(text) > shown:
-                    yield "log", text[shown:]
-                    shown = len(text)
+                # Whole lines only (a runtime line may be half written), all of it at the end.
+                cut = len(text) if row.ended else text.rfind("\n", shown) + 1
+                if cut > shown:
+                    output = user_output(text[shown:cut])
+                    shown = cut
+                    if output:
+                        yield "log", output
             if row.ended:
                 return
             wake.clear()
@@ -585,26 +596,23 @@ class BaiMagics(Magics):
         if args.detach:
             print(f"session {session.id} queued")
             return RunResult(session.id, session.status.value, session.result.value, None)
-        return self._follow(remote, session.id)
+        return self._follow(remote, SessionRow.from_json(session_to_json(session)))
 
-    def _follow(self, remote: RemoteManager, session_id: str) -> RunResult:
-        handle: Any = None
-        row: SessionRow | None = None
+    def _follow(self, remote: RemoteManager, queued: SessionRow) -> RunResult:
+        """Show the phases (one line, updated in place) and the log until the session ends."""
+        row = queued
+        handle = display(pretty(progress_line(row)), display_id=True)
         try:
-            for kind, value in _LOOP.iterate(follow(remote, session_id)):
+            for kind, value in _LOOP.iterate(follow(remote, row.id)):
                 if kind == "log":
                     print(value, end="", flush=True)
-                    continue
-                row = value
-                if handle is None:
-                    handle = display(pretty(progress_line(value)), display_id=True)
                 else:
-                    handle.update(pretty(progress_line(value)))
+                    row = value
+                    handle.update(pretty(progress_line(row)))
         except KeyboardInterrupt:
-            ended = _LOOP.run(remote.destroy(session_id))
-            print(f"\ninterrupted: session {session_id} {ended.status.value}", file=sys.stderr)
-            return RunResult(session_id, ended.status.value, ended.result.value, ended.exit_code)
-        assert row is not None
+            ended = _LOOP.run(remote.destroy(row.id))
+            print(f"\ninterrupted: session {row.id} {ended.status.value}", file=sys.stderr)
+            return RunResult(row.id, ended.status.value, ended.result.value, ended.exit_code)
         return RunResult(row.id, row.status, row.result, row.exit_code)
 
     @magic_arguments("bai exec")

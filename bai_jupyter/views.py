@@ -1,0 +1,303 @@
+"""What the session views show, kept current from the API and its event stream.
+
+The model layer under the widgets (``widgets.py``) and the magics' tables: plain
+Python, no ipywidgets, so it also runs in a kernel image that has only IPython
+and can be tested without a browser. :class:`SessionsModel` is updated from API
+replies and event dicts; :class:`LiveSessions` feeds it from the server's event
+stream (no polling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from .client import RemoteManager
+from .errors import NotFound
+from .model import ClusterMode, SessionType, Status
+from .resources import ResourceError, ResourceSlot
+from .templates import SpecError, Template, merge, parse_spec, validate_partial
+from .wire import session_to_json
+
+__all__ = [
+    "LiveSessions",
+    "Runner",
+    "SessionRow",
+    "SessionsModel",
+    "build_request",
+    "check_request",
+    "kernels_summary",
+    "queue_positions",
+    "why_pending",
+]
+
+T = TypeVar("T")
+_STARTING = {s.value for s in (Status.SCHEDULED, Status.PREPARING, Status.PULLING)} | {
+    Status.PREPARED.value,
+    Status.CREATING.value,
+}
+_TERMINAL = {s.value for s in Status if s.is_terminal}
+
+
+class Runner(Protocol):
+    """Where widgets run coroutines: an event loop that is not the kernel's own."""
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]: ...
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+
+def why_pending(session: Mapping[str, Any]) -> str | None:
+    """The scheduler's reason a pending session waits, in one line (None if it has none)."""
+    if session.get("status") != Status.PENDING.value:
+        return None
+    record = (session.get("status_data") or {}).get("scheduler") or {}
+    reasons = [str(p.get("msg") or p.get("name")) for p in record.get("failed_predicates") or []]
+    if record.get("msg"):
+        reasons.append(str(record["msg"]))
+    return "; ".join(dict.fromkeys(reasons)) or None
+
+
+def queue_positions(scheduler: Mapping[str, Any]) -> dict[str, int]:
+    """Session id → position in its resource group's pending queue (1 = next)."""
+    positions: dict[str, int] = {}
+    for group in (scheduler.get("resource_groups") or {}).values():
+        for entry in group.get("queue") or []:
+            if entry.get("session_id"):
+                positions[entry["session_id"]] = int(entry["position"])
+    return positions
+
+
+def kernels_summary(kernels: Mapping[str, str]) -> str:
+    """``main1,sub1 RUNNING`` when all agree, else each host with its own state."""
+    states = set(kernels.values())
+    if len(states) == 1:
+        return f"{','.join(kernels)} {next(iter(states))}"
+    return " ".join(f"{host}:{state}" for host, state in kernels.items())
+
+
+@dataclass
+class SessionRow:
+    """One session as the views show it, from the API's session JSON."""
+
+    id: str
+    name: str | None
+    type: str
+    status: str
+    status_info: str | None
+    kernels: dict[str, str]
+    resources: str
+    image: str | None
+    result: str
+    exit_code: int | None
+    created_at: float
+    why_pending: str | None = None
+    queue_position: int | None = None
+    services: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SessionRow:
+        spec = data.get("spec") or {}
+        return cls(
+            id=data["id"],
+            name=data.get("name"),
+            type=str(spec.get("type", "")),
+            status=data["status"],
+            status_info=data.get("status_info"),
+            kernels={k["hostname"]: k["status"] for k in data.get("kernels") or []},
+            resources=ResourceSlot(spec.get("resources") or {}).describe(),
+            image=spec.get("image"),
+            result=str(data.get("result", "UNDEFINED")),
+            exit_code=data.get("exit_code"),
+            created_at=float(data.get("created_at", 0)),
+            why_pending=why_pending(data),
+            services=list(data.get("services") or []),
+        )
+
+    @property
+    def label(self) -> str:
+        """The short id, with the name when there is one."""
+        return f"{self.id[:8]} ({self.name})" if self.name else self.id[:8]
+
+    @property
+    def ended(self) -> bool:
+        return self.status in _TERMINAL
+
+    @property
+    def phase(self) -> str:
+        """Where a session is in queued → starting → running → result."""
+        if self.status == Status.PENDING.value:
+            return "queued"
+        if self.status in _STARTING:
+            return "starting"
+        if self.ended:
+            return "result"
+        return "running"
+
+    @property
+    def outcome(self) -> str:
+        """How it ended: the batch result and exit code, or the status and why."""
+        if self.result != "UNDEFINED":
+            return f"{self.result} (exit code {self.exit_code})"
+        return f"{self.status} ({self.status_info})" if self.status_info else self.status
+
+
+class SessionsModel:
+    """The caller's sessions by id, kept current by API replies and events.
+
+    Listeners are called after every change, on the thread that made it.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[str, SessionRow] = {}
+        self._positions: dict[str, int] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            listener()
+
+    def load(self, sessions: list[dict[str, Any]], scheduler: Mapping[str, Any]) -> None:
+        """Replace everything with a full listing and the scheduler's queue."""
+        self.rows = {s["id"]: SessionRow.from_json(s) for s in sessions}
+        self._set_positions(scheduler)
+        self._changed()
+
+    def update(self, session: Mapping[str, Any]) -> None:
+        """One session as the API gives it (``GET sessions/{id}``)."""
+        row = SessionRow.from_json(session)
+        row.queue_position = self._positions.get(row.id) if row.phase == "queued" else None
+        self.rows[row.id] = row
+        self._changed()
+
+    def apply_event(self, event: Mapping[str, Any]) -> bool:
+        """The status and kernel states of an event; False for a session not known yet."""
+        row = self.rows.get(str(event.get("session_id")))
+        if row is None or event.get("type") != "session":
+            return False
+        row.status = event["status"]
+        row.status_info = event.get("status_info")
+        row.kernels = dict(event.get("kernels") or row.kernels)
+        if row.phase != "queued":
+            row.queue_position = row.why_pending = None
+        self._changed()
+        return True
+
+    def set_queue(self, scheduler: Mapping[str, Any]) -> None:
+        """Queue positions from the scheduler's reply (``GET scheduler``)."""
+        self._set_positions(scheduler)
+        self._changed()
+
+    def _set_positions(self, scheduler: Mapping[str, Any]) -> None:
+        self._positions = queue_positions(scheduler)
+        for row in self.rows.values():
+            row.queue_position = self._positions.get(row.id) if row.phase == "queued" else None
+
+    @property
+    def pending(self) -> bool:
+        return any(row.phase == "queued" for row in self.rows.values())
+
+    def visible(self, all_states: bool = False) -> list[SessionRow]:
+        """Oldest first; ended sessions only with ``all_states``."""
+        rows = sorted(self.rows.values(), key=lambda r: r.created_at)
+        return rows if all_states else [r for r in rows if not r.ended]
+
+
+class LiveSessions:
+    """Feeds a :class:`SessionsModel` from the server's event stream until cancelled.
+
+    Each event updates the row at once, then the session is re-read for what
+    events do not carry (why it is pending, services, result) and, while
+    anything is pending, the queue positions. Nothing is polled.
+    """
+
+    def __init__(self, remote: RemoteManager, model: SessionsModel) -> None:
+        self.remote = remote
+        self.model = model
+
+    async def run(self) -> None:
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def listen() -> None:
+            async for event in self.remote.events():
+                events.put_nowait(event)
+
+        listener = asyncio.ensure_future(listen())
+        getter: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(events.get())
+        try:
+            await self._reload()
+            while True:
+                either: set[asyncio.Future[Any]] = {getter, listener}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    listener.result()  # the stream failed: raise why
+                    return  # the server closed the stream
+                await self._on_event(getter.result())
+                getter = asyncio.ensure_future(events.get())
+        finally:
+            listener.cancel()
+            getter.cancel()
+            await asyncio.gather(listener, getter, return_exceptions=True)
+
+    async def _reload(self) -> None:
+        """The full listing; live sessions re-read for their services' proxy URLs."""
+        listing = [session_to_json(s) for s in await self.remote.list()]
+        for i, session in enumerate(listing):
+            if session["status"] not in _TERMINAL:
+                with contextlib.suppress(NotFound):
+                    listing[i] = await self.remote.get_json(session["id"])
+        self.model.load(listing, await self.remote.scheduler())
+
+    async def _on_event(self, event: dict[str, Any]) -> None:
+        self.model.apply_event(event)
+        with contextlib.suppress(NotFound):  # gone meanwhile (another owner's, or removed)
+            self.model.update(await self.remote.get_json(str(event["session_id"])))
+        if self.model.pending:
+            self.model.set_queue(await self.remote.scheduler())
+
+
+# --- the launcher's logic -----------------------------------------------------------------------
+
+
+def build_request(
+    *,
+    name: str = "",
+    image: str = "",
+    type: str = SessionType.INTERACTIVE.value,
+    cluster_size: int = 1,
+    cluster_mode: str = ClusterMode.SINGLE_NODE.value,
+    cpu: str = "",
+    mem: str = "",
+    startup_command: str = "",
+) -> dict[str, Any]:
+    """A session request from the launcher's fields; empty text fields are left out."""
+    request: dict[str, Any] = {
+        "type": type,
+        "cluster_size": cluster_size,
+        "cluster_mode": cluster_mode,
+    }
+    for key, value in (("name", name), ("image", image), ("startup_command", startup_command)):
+        if value.strip():
+            request[key] = value.strip()
+    resources = {slot: v.strip() for slot, v in (("cpu", cpu), ("mem", mem)) if v.strip()}
+    if resources:
+        request["resources"] = resources
+    return request
+
+
+def check_request(request: Mapping[str, Any], template: Template | None = None) -> str | None:
+    """What is wrong with ``request`` over ``template`` (the server's own rules), or None."""
+    try:
+        validate_partial(request)
+        parse_spec(merge(template.spec, request) if template is not None else request)
+    except (SpecError, ResourceError) as exc:
+        return str(exc)
+    return None

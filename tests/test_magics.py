@@ -1,0 +1,490 @@
+"""``%bai``: the commands through an IPython shell, against a real server and Docker.
+
+The server is ``jupyter server`` with the ``bai_jupyter`` extension, spawned
+with its own config, data and runtime directories and its own store. The
+magics run in this process's ``InteractiveShell``, in a real local ipykernel
+(interrupt, widgets) and in ``main1`` of a real cluster (``%%bai exec``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import CapturedIO, capture_output
+from test_server_harness import Server, start_server
+
+import bai_jupyter
+from bai_jupyter.magics import (
+    LoopThread,
+    RunResult,
+    find_manager,
+    format_table,
+    progress_line,
+    split_command,
+    user_output,
+)
+from bai_jupyter.model import Status
+from bai_jupyter.views import SessionRow
+
+#: Small enough that three kernels fit on a two-core machine beside other tests.
+SMALL = ["--cpu", "0.25", "--mem", "128m"]
+SMALL_SLOTS = {"cpu": "0.25", "mem": "128m"}
+
+
+# --- a real server (the API tests' harness) ------------------------------------------------------
+
+
+def end_all(server: Server) -> None:
+    """Remove what the tests left running (their containers with it)."""
+
+    def call(method: str, path: str) -> Any:
+        request = urllib.request.Request(
+            f"{server.url}bai/api/v1/{path}",
+            method=method,
+            headers={"Authorization": f"token {server.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read() or b"null")
+
+    for session in call("GET", "sessions")["sessions"]:
+        if not Status(session["status"]).is_terminal:
+            call("DELETE", f"sessions/{session['id']}")
+
+
+@pytest.fixture(scope="module")
+def server(kernel_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``jupyter server`` with the extension and its own store, config and runtime dirs."""
+    running = start_server(tmp_path_factory.mktemp("bai-magics"))
+    try:
+        yield running
+    finally:
+        try:
+            if running.proc.poll() is None:
+                end_all(running)
+        finally:
+            running.stop()
+
+
+@pytest.fixture(scope="module")
+def shell() -> InteractiveShell:
+    """An IPython shell with the extension loaded (what ``%load_ext bai_jupyter`` does)."""
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "bai_jupyter")
+    return ip
+
+
+@pytest.fixture
+def connected(server: Server, monkeypatch: pytest.MonkeyPatch) -> Server:
+    """The shell's magics reach ``server`` through BAI_JUPYTER_URL/TOKEN."""
+    monkeypatch.setenv("BAI_JUPYTER_URL", server.url)
+    monkeypatch.setenv("BAI_JUPYTER_TOKEN", server.token)
+    monkeypatch.delenv("BACKENDAI_SESSION_ID", raising=False)
+    return server
+
+
+def bai(shell: InteractiveShell, line: str, cell: str | None = None) -> tuple[Any, CapturedIO]:
+    with capture_output() as cap:
+        if cell is None:
+            result = shell.run_line_magic("bai", line)
+        else:
+            result = shell.run_cell_magic("bai", line, cell)  # type: ignore[no-untyped-call]
+    return result, cap
+
+
+def shown(cap: CapturedIO) -> str:
+    """Everything displayed (the progress line's versions), as text."""
+    return "\n".join(out.data.get("text/plain", "") for out in cap.outputs)
+
+
+# --- without a server ---------------------------------------------------------------------------
+
+
+def test_split_command_keeps_the_command_verbatim() -> None:
+    assert split_command("--cpu 2 -- echo a && exit 3") == ("--cpu 2", "echo a && exit 3")
+    assert split_command("-- python -c 'print(1)' -- x") == ("", "python -c 'print(1)' -- x")
+    assert split_command("--cpu 2") == ("--cpu 2", "")
+    assert split_command("--name a--b -- true") == ("--name a--b", "true")
+
+
+def test_help_lists_every_command(shell: InteractiveShell) -> None:
+    _, cap = bai(shell, "-h")
+    doc = shell.find_line_magic("bai").__doc__ or ""  # type: ignore[no-untyped-call]
+    for command in ("status", "sessions", "run", "exec", "ports", "logs", "cancel", "templates"):
+        assert f"%bai {command}" in cap.stdout
+        assert f"%bai {command}" in doc  # %bai?
+    _, cap = bai(shell, "run -h")
+    assert "--cluster-size N" in cap.stdout and "--detach" in cap.stdout
+    assert "%bai sessions" not in cap.stdout
+    _, cap = bai(shell, "logs --help")
+    assert "--kernel KERNEL" in cap.stdout
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("bogus", "unknown command 'bogus'"),
+        ("run --cpu 1", "give the command after --"),
+        ("run --cluster-size two -- true", "invalid int value: 'two'"),
+        ("run --env FOO -- true", "write KEY=VALUE"),
+        ("exec --all", "exec runs a cell"),
+        ("cancel", "the following arguments are required: session"),
+        ("logs", "give a session id or name"),
+        ("sessions --bogus", "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, line: str, message: str
+) -> None:
+    monkeypatch.delenv("BACKENDAI_SESSION_ID", raising=False)
+    with pytest.raises(UsageError, match=message):
+        shell.run_line_magic("bai", line)
+
+
+def test_invalid_fields_are_one_line_before_any_server(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BAI_JUPYTER_URL", raising=False)
+    result, cap = bai(shell, "run --cpu -1 -- true")
+    assert result is None
+    assert cap.stderr == "bai: resources.cpu: amount must not be negative, got '-1'\n"
+    _, cap = bai(shell, "run --cluster-size 0 -- true")
+    assert cap.stderr == "bai: cluster_size: must be an integer from 1 to 64, got 0\n"
+
+
+def test_no_manager_says_what_to_set(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("BAI_JUPYTER_URL", raising=False)
+    monkeypatch.delenv("BACKENDAI_SESSION_ID", raising=False)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    _, cap = bai(shell, "sessions")
+    assert cap.stderr.startswith("bai: no bai-jupyter server found: set BAI_JUPYTER_URL")
+    assert cap.stderr.count("\n") == 1 and "Traceback" not in cap.stdout + cap.stderr
+
+
+def test_the_server_that_started_the_kernel_is_found(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """From the runtime files: the server whose pid is JPY_PARENT_PID wins over newer ones."""
+    monkeypatch.delenv("BAI_JUPYTER_URL", raising=False)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for pid, port in ((parent.pid, 1111), (os.getpid(), 2222)):
+            info = {"url": f"http://127.0.0.1:{port}/", "token": f"t{port}", "pid": pid}
+            (tmp_path / f"jpserver-{pid}.json").write_text(json.dumps(info))
+        monkeypatch.setenv("JPY_PARENT_PID", str(parent.pid))
+        remote = find_manager()
+        assert (remote.url, remote.token) == ("http://127.0.0.1:1111/", "t1111")
+        monkeypatch.delenv("JPY_PARENT_PID")
+        os.utime(tmp_path / f"jpserver-{parent.pid}.json", (0, 0))
+        assert find_manager().url == "http://127.0.0.1:2222/"  # the newest
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_exec_outside_a_session_says_it_needs_one(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BACKENDAI_SESSION_ID", raising=False)
+    _, cap = bai(shell, "exec --all", "hostname")
+    assert cap.stderr.startswith("bai: %%bai exec needs a cluster session")
+
+
+def test_exec_runs_the_own_part_here_labelled(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session of one kernel: no SSH, the cell runs here, failures are shown per host."""
+    for key, value in {
+        "BACKENDAI_SESSION_ID": "s1",
+        "BACKENDAI_CLUSTER_HOST": "main1",
+        "BACKENDAI_CLUSTER_HOSTS": "main1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    _, cap = bai(shell, "exec", "echo out; echo err >&2; exit 4")
+    assert cap.stdout == "[main1] out\n"
+    assert cap.stderr == "[main1] err\n[main1] exit code 4\n"
+    _, cap = bai(shell, "exec --python", "import os\nprint(os.environ['BACKENDAI_CLUSTER_HOST'])")
+    assert (cap.stdout, cap.stderr) == ("[main1] main1\n", "")
+    _, cap = bai(shell, "exec --hosts sub3", "true")
+    assert cap.stderr == "bai: no kernel sub3 in this session (kernels: main1)\n"
+
+
+def test_loop_thread_runs_inside_a_running_event_loop() -> None:
+    """What an ipykernel does: the magic is called while the main thread's loop runs."""
+    loop = LoopThread()
+
+    async def inner() -> str:
+        await asyncio.sleep(0)
+        return threading_name()
+
+    async def kernel_cell() -> str:
+        return loop.run(inner())  # would fail with asyncio.run or run_until_complete
+
+    assert asyncio.run(kernel_cell()) == "bai-jupyter-magics"
+
+
+def threading_name() -> str:
+    import threading
+
+    return threading.current_thread().name
+
+
+def test_text_helpers() -> None:
+    assert format_table(("A", "BB"), [("xyz", "1"), ("", "22")]) == "A    BB\nxyz  1\n     22"
+    assert user_output("bai-runtime: ready\nhello\nbai-runtime: exit\nworld\n") == "hello\nworld\n"
+    data = {
+        "id": "0123456789abcdef",
+        "name": None,
+        "status": "PENDING",
+        "spec": {"type": "batch", "resources": {"cpu": "1"}},
+        "kernels": [{"hostname": "main1", "status": "PENDING"}],
+        "status_data": {"scheduler": {"msg": "needs cpu=8", "failed_predicates": []}},
+        "created_at": 1.0,
+    }
+    row = SessionRow.from_json(data)
+    row.queue_position = 2
+    assert progress_line(row) == (
+        "session 01234567: ▶ queued (#2: needs cpu=8) → · starting → · running → · result"
+    )
+    row = SessionRow.from_json(
+        {**data, "status": "TERMINATED", "result": "SUCCESS", "exit_code": 0}
+    )
+    assert progress_line(row).endswith("✓ running → ✓ result: SUCCESS (exit code 0)")
+
+
+# --- against the server -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_run_streams_the_log_and_returns_the_exit_code(
+    shell: InteractiveShell, connected: Server
+) -> None:
+    command = "echo first; sleep 1; echo second; exit 3"
+    result, cap = bai(shell, f"run {' '.join(SMALL)} --name magic-run -- {command}")
+    assert isinstance(result, RunResult)
+    assert (result.status, result.result, result.exit_code) == ("TERMINATED", "FAILURE", 3)
+    assert cap.stdout == "first\nsecond\n"  # the runtime's own lines are left out
+    progress = shown(cap)
+    for phase in ("▶ queued", "✓ queued → ▶ starting", "▶ running", "✗ result: FAILURE (exit"):
+        assert phase in progress
+    _, cap = bai(shell, "logs magic-run")
+    assert "first\n" in cap.stdout and "second\n" in cap.stdout
+    _, cap = bai(shell, "logs magic-run --kernel sub1")
+    assert cap.stderr == f"bai: session {result.session_id} has no kernel 'sub1' (kernels: main1)\n"
+    _, cap = bai(shell, "cancel magic-run")
+    assert cap.stdout == f"session {result.session_id} TERMINATED (task-failed)\n"
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_sessions_queue_templates_ports_status_and_cancel(
+    shell: InteractiveShell, connected: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = connected.client()
+    loop = LoopThread()
+    spec = {"resources": SMALL_SLOTS, "service_ports": ["web:http:8080"]}
+    loop.run(remote.put_template("tiny", spec, "a small one"))
+    _, cap = bai(shell, "templates")
+    assert cap.stdout.splitlines()[0].split() == ["TEMPLATE", "OWNER", "FIELDS", "DESCRIPTION"]
+    assert "tiny" in cap.stdout and '"service_ports":["web:http:8080"]' in cap.stdout
+
+    first, cap = bai(shell, "run --template tiny --name holder --detach -- sleep 120")
+    assert cap.stdout == f"session {first.session_id} queued\n"
+    second, _ = bai(
+        shell, f"run {' '.join(SMALL)} --name waiter --depends-on holder --detach -- true"
+    )
+    loop.run(remote.wait_for(first.session_id, {Status.RUNNING}, timeout=120))
+    _, cap = bai(shell, "sessions --text")
+    lines = {line.split()[0]: line for line in cap.stdout.splitlines()[1:]}
+    assert "RUNNING" in lines[first.session_id[:8]]
+    waiting = lines[second.session_id[:8]]
+    assert waiting.split()[3:5] == ["PENDING", "1"]  # queue position 1
+    assert f"waiting for {first.session_id}" in waiting  # why it waits
+
+    _, cap = bai(shell, "status --text")
+    assert cap.stdout.startswith("2 live session(s), 1 pending\n")
+
+    _, cap = bai(shell, "ports holder")
+    web = cap.stdout.splitlines()[1].split()
+    assert web[:3] == ["web", "http", "8080"]
+    assert web[3] == f"{connected.url}bai/sessions/{first.session_id}/proxy/web/"
+
+    monkeypatch.setenv("BACKENDAI_SESSION_ID", first.session_id)  # as in holder's main1
+    _, cap = bai(shell, "status --text")
+    assert cap.stdout.startswith(f"session {first.session_id} (holder) · batch · RUNNING")
+    assert "main1  main  RUNNING  cpu=0.25 mem=128m" in cap.stdout
+    assert "web      http      8080" in cap.stdout
+    monkeypatch.delenv("BACKENDAI_SESSION_ID")
+
+    _, cap = bai(shell, "cancel holder")
+    assert cap.stdout == f"session {first.session_id} TERMINATED (user-requested)\n"
+    ended = loop.run(remote.wait_for(second.session_id, set(), timeout=60))
+    assert (ended.status, ended.status_info) == (Status.CANCELLED, "dependency-failed")
+    _, cap = bai(shell, "sessions --text")
+    assert cap.stdout == "no sessions\n"
+    _, cap = bai(shell, "sessions --all-states --text")
+    assert "CANCELLED (dependency-failed)" in cap.stdout
+    _, cap = bai(shell, "cancel no-such-session")
+    assert cap.stderr == "bai: no session 'no-such-session'\n"
+    _, cap = bai(shell, "run --cpu 1000 -- true")
+    assert cap.stderr.startswith("bai: resource group 'default': needs cpu=1000")
+
+
+# --- in real kernels ----------------------------------------------------------------------------
+
+
+class Kernel:
+    """A blocking client of a running ipykernel, collecting what one execution shows."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def run(self, code: str, until: Callable[[dict[str, Any]], bool] | None = None) -> list[Any]:
+        """Execute ``code``; all its iopub messages (or those up to ``until``'s match)."""
+        msg_id = self.client.execute(code)
+        messages: list[dict[str, Any]] = []
+        while True:
+            try:
+                msg = self.client.get_iopub_msg(timeout=120)
+            except queue.Empty:
+                pytest.fail(f"no output from {code!r}; so far: {messages}")
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            messages.append(msg)
+            if until is not None and until(msg):
+                return messages
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return messages
+
+
+def streams(messages: list[dict[str, Any]], name: str) -> str:
+    return "".join(
+        m["content"]["text"]
+        for m in messages
+        if m["msg_type"] == "stream" and m["content"]["name"] == name
+    )
+
+
+@pytest.fixture
+def local_kernel(connected: Server) -> Iterator[tuple[Any, Kernel]]:
+    """An ipykernel on this machine whose magics reach the server (BAI_JUPYTER_URL)."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3", env=dict(os.environ))
+    try:
+        yield manager, Kernel(client)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_interrupt_cancels_a_run_and_widgets_render_in_a_kernel(
+    local_kernel: tuple[Any, Kernel], connected: Server
+) -> None:
+    manager, kernel = local_kernel
+    kernel.run("%load_ext bai_jupyter")
+
+    def running(msg: dict[str, Any]) -> bool:
+        text = msg["content"].get("data", {}).get("text/plain", "")
+        return "▶ running" in text
+
+    kernel.run(f"r = %bai run {' '.join(SMALL)} --name interrupted -- sleep 300", until=running)
+    manager.interrupt_kernel()
+    after = kernel.run("print(r)")  # waits for the interrupted cell to finish first
+    ended = asyncio.run(connected.client().get("interrupted"))
+    assert ended.status is Status.TERMINATED and ended.status_info == "user-requested"
+    assert f"session_id='{ended.id}', status='TERMINATED'" in streams(after, "stdout")
+
+    messages = kernel.run("%bai sessions --all-states")
+    views = [
+        m["content"]["data"]
+        for m in messages
+        if m["msg_type"] == "display_data"
+        and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+    ]
+    assert len(views) == 1, messages
+    assert "Traceback" not in streams(messages, "stderr")
+
+
+def connect(connection: Any) -> Any:
+    """A client of main1's ipykernel, once it answers (its heartbeat misses while it boots)."""
+    from jupyter_client.blocking.client import BlockingKernelClient
+
+    attempts = 0
+    while True:
+        client = BlockingKernelClient()
+        client.load_connection_info(connection)
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=10)
+            return client
+        except RuntimeError:
+            client.stop_channels()
+            attempts += 1
+            if attempts == 10:
+                raise
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
+    """``%%bai exec`` in main1's ipykernel: this package is mounted read-only into the
+    session and put on PYTHONPATH (the image has no package of ours)."""
+    remote = connected.client()
+    package = Path(bai_jupyter.__file__).parent
+    request = {
+        "name": "exec3",
+        "cluster_size": 3,
+        "resources": SMALL_SLOTS,
+        "env": {"PYTHONPATH": "/opt/bai-src"},
+        "mounts": [f"{package}:/opt/bai-src/bai_jupyter:ro"],
+    }
+
+    async def start() -> Any:
+        session = await remote.create(request)
+        return await remote.wait_for(session.id, {Status.RUNNING}, timeout=120)
+
+    session = asyncio.run(start())
+    assert session.status is Status.RUNNING, session.status_data
+    client = connect(session.kernels[0].info["connection"])
+    try:
+        kernel = Kernel(client)
+        kernel.run("%load_ext bai_jupyter")
+        out = kernel.run("%%bai exec --all\nhostname; echo $RANK >&2")
+        assert sorted(streams(out, "stdout").splitlines()) == [
+            "[main1] main1",
+            "[sub1] sub1",
+            "[sub2] sub2",
+        ]
+        assert sorted(streams(out, "stderr").splitlines()) == ["[main1] 0", "[sub1] 1", "[sub2] 2"]
+        code = (
+            "import socket, sys\nhost = socket.gethostname()\nprint(host)\nsys.exit(host == 'sub2')"
+        )
+        out = kernel.run(f"%%bai exec --python --hosts sub1,sub2\n{code}")
+        assert sorted(streams(out, "stdout").splitlines()) == ["[sub1] sub1", "[sub2] sub2"]
+        assert streams(out, "stderr") == "[sub2] exit code 1\n"
+        out = kernel.run("%bai status --text")  # no manager reachable from the container
+        assert streams(out, "stdout").startswith(
+            f"session {session.id} · this kernel: main1 · hosts: main1,sub1,sub2"
+        )
+    finally:
+        client.stop_channels()
+        asyncio.run(remote.destroy(session.id))
