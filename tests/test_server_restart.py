@@ -1,0 +1,72 @@
+"""The restart story: SIGKILL the server with a running and a pending session; start it again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from test_server_harness import Server, start_server
+
+from bai_jupyter.model import Status
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
+
+_CONFIG = 'c.SessionManager.backend = "docker"\n'
+_SERVE = """
+import subprocess, sys
+open("/tmp/index.html", "w").write("still here")
+subprocess.Popen([sys.executable, "-m", "http.server", "8080", "--directory", "/tmp"],
+                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+state = 41
+"""
+
+
+async def _proxied(server: Server, session_id: str) -> bytes:
+    """The service's index page through the proxy, once it listens."""
+    for _ in range(200):
+        reply = await server.fetch("GET", f"bai/sessions/{session_id}/proxy/web/index.html")
+        if reply.code == 200:
+            return reply.body
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the service never answered: {reply.code} {reply.body!r}")
+
+
+async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: str) -> None:
+    root = tmp_path / "server"
+    first = start_server(root, _CONFIG)
+    ids: list[str] = []
+    try:
+        client = first.client()
+        running = await client.create(
+            {"name": "survivor", "service_ports": ["web:http:8080"], "resources": {"mem": "256m"}}
+        )
+        ids.append(running.id)
+        running = await client.wait_for(running.id, {Status.RUNNING}, timeout=120)
+        assert running.status is Status.RUNNING, running.status_data
+        assert (await client.execute(running.id, _SERVE))["exit_code"] == 0
+        assert await _proxied(first, running.id) == b"still here"
+        pending = await client.create({"starts_at": time.time() + 3, "resources": {"mem": "256m"}})
+        ids.append(pending.id)
+        assert (await client.get(pending.id)).status is Status.PENDING
+    finally:
+        first.kill()
+    killed_at = time.time()
+
+    second = start_server(root, _CONFIG)
+    client = second.client()
+    try:
+        survivor = await client.get("survivor")
+        assert survivor.status is Status.RUNNING
+        later = await client.wait_for(pending.id, {Status.RUNNING}, timeout=120)
+        assert later.status is Status.RUNNING, later.status_data
+        scheduled = [h.at for h in later.status_history if h.status is Status.SCHEDULED]
+        assert scheduled and scheduled[0] > killed_at  # only the new server could place it
+        assert await _proxied(second, survivor.id) == b"still here"
+        reply = await client.execute(survivor.id, "state + 1")
+        assert reply["console"] == [["result", {"data": {"text/plain": "42"}, "metadata": {}}]]
+    finally:
+        for session_id in ids:
+            await client.destroy(session_id)
+        second.stop()
