@@ -27,6 +27,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -486,8 +487,9 @@ def batch_request(args: Any, command: str) -> dict[str, Any]:
 
 
 def _widgets_shown(shell: Any) -> bool:
-    """Whether output goes to a front end that can show widgets (a kernel, not a terminal)."""
-    return getattr(shell, "kernel", None) is not None
+    """Whether output goes to a front end that can show widgets (a kernel, not a terminal)
+    and ipywidgets is there (a kernel image need not have it)."""
+    return getattr(shell, "kernel", None) is not None and find_spec("ipywidgets") is not None
 
 
 @magics_class
