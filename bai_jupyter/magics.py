@@ -64,34 +64,35 @@ QUEUE_INTERVAL = 5.0
 
 # --- IPython's untyped helpers, typed -----------------------------------------------------------
 
-_untyped: Any = _margs, _display
+_arguments: Any = _margs
+_displays: Any = _display
 
 
 def magic_arguments(name: str) -> Callable[[F], F]:
     """IPython's decorator that builds the command's parser (and help) from its arguments."""
-    decorator: Callable[[F], F] = _untyped[0].magic_arguments(name)
+    decorator: Callable[[F], F] = _arguments.magic_arguments(name)
     return decorator
 
 
 def argument(*flags: str, **options: Any) -> Callable[[F], F]:
     """One ``argparse`` argument of a command."""
-    decorator: Callable[[F], F] = _untyped[0].argument(*flags, **options)
+    decorator: Callable[[F], F] = _arguments.argument(*flags, **options)
     return decorator
 
 
 def parse_argstring(command: Callable[..., Any], line: str) -> Any:
     """The parsed options of ``line``; a UsageError (one line) when they are wrong."""
-    return _untyped[0].parse_argstring(command, line)
+    return _arguments.parse_argstring(command, line)
 
 
 def display(obj: Any, display_id: bool = False) -> Any:
     """Show ``obj`` in the front end; with ``display_id`` a handle to update it in place."""
-    return _untyped[1].display(obj, display_id=display_id)
+    return _displays.display(obj, display_id=display_id)
 
 
 def pretty(text: str) -> Any:
     """Plain text for ``display`` (shown as is, not as a quoted string)."""
-    return _untyped[1].Pretty(text)
+    return _displays.Pretty(text)
 
 
 # --- running coroutines from synchronous magics -------------------------------------------------
@@ -135,7 +136,8 @@ class LoopThread:
         its clean-up (``finally`` blocks) has run.
         """
         inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
-        finished = threading.Event()
+        ended = threading.Event()
+        tasks: list[asyncio.Task[None]] = []
 
         async def pump() -> None:
             try:
@@ -144,13 +146,14 @@ class LoopThread:
                 inbox.put(("end", None))
             except Exception as exc:
                 inbox.put(("error", exc))
-            finally:
-                aclose = getattr(items, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-                finished.set()
 
-        future = self.submit(pump())
+        def start() -> None:  # on the loop; a task cancelled before its first step still ends
+            task = asyncio.ensure_future(pump())
+            task.add_done_callback(lambda _task: ended.set())
+            tasks.append(task)
+
+        loop = self.loop
+        loop.call_soon_threadsafe(start)
         try:
             while True:
                 kind, value = inbox.get()
@@ -160,8 +163,8 @@ class LoopThread:
                     raise value
                 yield value
         finally:
-            future.cancel()
-            finished.wait()
+            loop.call_soon_threadsafe(lambda: tasks[0].cancel())
+            ended.wait()
 
 
 _LOOP = LoopThread()

@@ -14,9 +14,10 @@ import os
 import queue
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +231,7 @@ def test_loop_thread_runs_inside_a_running_event_loop() -> None:
 
     async def inner() -> str:
         await asyncio.sleep(0)
-        return threading_name()
+        return threading.current_thread().name
 
     async def kernel_cell() -> str:
         return loop.run(inner())  # would fail with asyncio.run or run_until_complete
@@ -238,10 +239,31 @@ def test_loop_thread_runs_inside_a_running_event_loop() -> None:
     assert asyncio.run(kernel_cell()) == "bai-jupyter-magics"
 
 
-def threading_name() -> str:
-    import threading
+def test_loop_thread_iterate_cleans_up_and_raises() -> None:
+    loop = LoopThread()
+    cleaned: list[str] = []
 
-    return threading.current_thread().name
+    async def numbers() -> AsyncIterator[int]:
+        try:
+            for i in range(1000):
+                yield i
+                await asyncio.sleep(0)
+        finally:
+            cleaned.append("done")
+
+    for i in loop.iterate(numbers()):
+        if i == 2:
+            break
+    assert cleaned == ["done"]  # the producer's clean-up ran before the loop was left
+
+    async def failing() -> AsyncIterator[int]:
+        yield 1
+        raise ValueError("boom")
+
+    got: list[int] = []
+    with pytest.raises(ValueError, match="boom"):
+        got.extend(loop.iterate(failing()))
+    assert got == [1]
 
 
 def test_text_helpers() -> None:
