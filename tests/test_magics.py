@@ -435,15 +435,18 @@ def test_interrupt_cancels_a_run_and_widgets_render_in_a_kernel(
     assert ended.status is Status.TERMINATED and ended.status_info == "user-requested"
     assert f"session_id='{ended.id}', status='TERMINATED'" in streams(after, "stdout")
 
-    messages = kernel.run("%bai sessions --all-states")
-    views = [
-        m["content"]["data"]
-        for m in messages
-        if m["msg_type"] == "display_data"
-        and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
-    ]
-    assert len(views) == 1, messages
-    assert "Traceback" not in streams(messages, "stderr")
+    def widgets(messages: list[dict[str, Any]]) -> int:
+        assert "Traceback" not in streams(messages, "stderr")
+        return sum(
+            m["msg_type"] == "display_data"
+            and "application/vnd.jupyter.widget-view+json" in m["content"]["data"]
+            for m in messages
+        )
+
+    assert widgets(kernel.run("%bai sessions --all-states")) == 1  # the live view
+    assert widgets(kernel.run("%bai status")) == 2  # the launcher and the live view
+    text = kernel.run("%bai sessions --all-states --text")
+    assert "interrupted" in streams(text, "stdout") and widgets(text) == 0
 
 
 def connect(connection: Any) -> Any:
