@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import __version__, image
+from . import __version__, image, kernelspecs
 from .scheduler.simulator import (
     METRICS_HELP,
     Overrides,
@@ -92,6 +92,94 @@ trace's "scheduler" section; options merge key by key, the flag winning.
 Exit status 2 and one line on stderr for a malformed trace."""
 
 # ---------------------------------------------------------------------------
+# kernelspec
+
+
+def _configure_kernelspec(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    install = actions.add_parser(
+        "install",
+        help="install (or replace) a kernelspec whose kernel runs as main1 of a session",
+        description="Install a kernelspec on the bai provisioner. Settings left out come "
+        "from --template, else the manager's defaults; bad values are refused here.",
+    )
+    install.add_argument("name", metavar="NAME", help="kernelspec name, e.g. py-cluster-3")
+    install.add_argument("--display-name", metavar="T", help="name shown in JupyterLab")
+    install.add_argument("--image", metavar="I", help="kernel image")
+    install.add_argument("--cluster-size", metavar="N", type=int, help="kernels: main1, sub1 …")
+    install.add_argument("--cluster-mode", metavar="M", help="single-node or multi-node")
+    install.add_argument("--cpu", metavar="C", help="CPU cores per kernel, e.g. 2 or 0.5")
+    install.add_argument("--mem", metavar="M", help="memory per kernel, e.g. 4g")
+    install.add_argument("--template", metavar="T", help="session template to start from")
+    install.add_argument(
+        "--launch-timeout", metavar="S", type=float, help="seconds a launch may wait in the queue"
+    )
+    install.add_argument(
+        "--interrupt-mode",
+        choices=kernelspecs.INTERRUPT_MODES,
+        default="signal",
+        help="how Jupyter interrupts: a signal through the manager, or a control message",
+    )
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="install for this user (the default)")
+    where.add_argument(
+        "--sys-prefix", action="store_true", help="install into this Python environment"
+    )
+    install.set_defaults(action_run=_run_kernelspec_install)
+    listing = actions.add_parser("list", help="the installed kernelspecs that use bai")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(action_run=_run_kernelspec_list)
+
+
+def _run_kernelspec(args: argparse.Namespace) -> int:
+    run: Callable[[argparse.Namespace], int] = args.action_run
+    return run(args)
+
+
+def _run_kernelspec_install(args: argparse.Namespace) -> int:
+    config: dict[str, object] = {}
+    for key in ("image", "cluster_size", "cluster_mode", "template", "launch_timeout"):
+        if getattr(args, key) is not None:
+            config[key] = getattr(args, key)
+    resources = {slot: getattr(args, slot) for slot in ("cpu", "mem") if getattr(args, slot)}
+    if resources:
+        config["resources"] = resources
+    display = args.display_name or kernelspecs.default_display_name(args.cluster_size)
+    try:
+        spec = kernelspecs.kernelspec_json(display, config, args.interrupt_mode)
+        path = kernelspecs.install(
+            args.name,
+            spec,
+            user=not args.sys_prefix,
+            prefix=sys.prefix if args.sys_prefix else None,
+        )
+    except kernelspecs.KernelspecError as exc:
+        print(f"{PROG} kernelspec install: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"installed kernelspec {args.name} ({display}) in {path}")
+    return 0
+
+
+def _run_kernelspec_list(args: argparse.Namespace) -> int:
+    found = kernelspecs.installed()
+    if args.json:
+        print(json.dumps([vars(k) for k in found], indent=2))
+        return 0
+    if not found:
+        print(
+            "no kernelspec uses the bai provisioner: add one with `bai-jupyter kernelspec install`"
+        )
+        return 0
+    rows = [("NAME", "DISPLAY NAME", "SETTINGS", "PATH")] + [
+        (k.name, k.display_name, json.dumps(k.config, sort_keys=True), k.path) for k in found
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+    return 0
+
+
+# ---------------------------------------------------------------------------
 
 SUBCOMMANDS: dict[str, Subcommand] = {
     "image": Subcommand(
@@ -99,6 +187,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         description=image.IMAGE_DESCRIPTION,
         configure=image.configure_cli,
         run=image.run_cli,
+    ),
+    "kernelspec": Subcommand(
+        help="install or list kernelspecs whose kernel runs as main1 of a session",
+        description="Kernelspecs on the bai kernel provisioner: picking one in JupyterLab "
+        "(or `jupyter console --kernel NAME`) queues a session and runs the notebook's "
+        "kernel in its main1. See docs/kernels.md.",
+        configure=_configure_kernelspec,
+        run=_run_kernelspec,
     ),
     "simulate": Subcommand(
         help="replay a session trace under a simulated clock",

@@ -65,6 +65,8 @@ T = TypeVar("T")
 _CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 _READY_LINE = "bai-runtime: ready"
 _ACTIVE = {Status.RUNNING, Status.RESTARTING}
+#: Seconds beyond ``start_timeout`` another manager gets to finish a start or tear-down.
+_HANDOVER = 10.0
 #: Kept logs are cut to their last this-many characters.
 _LOG_LIMIT = 1 << 20
 
@@ -593,10 +595,15 @@ class SessionManager(LoggingConfigurable):
                 self.wake()  # dependants of what was cancelled
 
     async def _start(self, session_id: str) -> None:
-        """Drive a SCHEDULED session to RUNNING; on failure cancel it and clean up."""
-        session: Session | None = None
+        """Drive a SCHEDULED session to RUNNING; on failure cancel it and clean up.
+
+        Moving it to PREPARING is the claim: when another manager on this store got
+        there first, or it was destroyed meanwhile, this one leaves it alone."""
         try:
             session = await self._transition(session_id, Status.PREPARING)
+        except IllegalTransition:
+            return
+        try:
             agent_ids = {k.agent_id for k in session.kernels}
             if len(agent_ids) != 1:
                 raise AgentError(
@@ -788,10 +795,20 @@ class SessionManager(LoggingConfigurable):
             self.log.info("bai-jupyter: removing stray kernels of session %s", session_id)
             await agent.destroy_session(session_id)
 
-    async def _reconcile_session(self, session: Session, live: dict[str, dict[str, Any]]) -> None:
+    async def _reconcile_session(
+        self, session: Session, live: dict[str, dict[str, Any]], recheck: bool = True
+    ) -> None:
         if session.status is Status.SCHEDULED:
             self._spawn(self._start(session.id))
             return
+        if recheck and (session.status in STARTING or session.status is Status.TERMINATING):
+            # Another manager on this store (a server's and a kernel provisioner's embedded
+            # one) may be starting or removing it right now: judge it only once that manager
+            # has had its time, and only if it made no progress meanwhile.
+            left = session.status_history[-1].at + self.start_timeout + _HANDOVER - time.time()
+            if left > 0:
+                self._loops.add(self._spawn(self._recheck(session, left)))
+                return
         if session.status in STARTING:
             # Interrupted half-way: its containers may be incomplete.
             await self._fail(session, "start-interrupted", "main1", None)
@@ -818,3 +835,11 @@ class SessionManager(LoggingConfigurable):
             return
         gone = [k.hostname for k, e in zip(session.kernels, found) if e is None]
         await self._fail(session, "kernel-lost", ",".join(gone) or "main1", None)
+
+    async def _recheck(self, seen: Session, delay: float) -> None:
+        """Reconcile a starting or ending session after ``delay`` unless it moved on."""
+        await asyncio.sleep(delay)
+        session = await self.get(seen.id)
+        if len(session.status_history) == len(seen.status_history):
+            with contextlib.suppress(IllegalTransition):  # it moved on after all
+                await self._reconcile_session(session, {}, recheck=False)

@@ -39,6 +39,9 @@ PREFIX = "bai-runtime: "
 MODES = ("kernel", "batch", "wait")
 #: Seconds between SIGTERM and SIGKILL when stopping a child.
 GRACE = 2.0
+#: Seconds the runtime outlives an exited ipykernel, for a SIGHUP: Jupyter restarts a
+#: kernel by asking it to shut down first, and only then (via the manager) sends SIGHUP.
+RESTART_GRACE = 5.0
 #: How long sshd may take to listen before the runtime gives up.
 SSHD_READY_TIMEOUT = 5.0
 #: Exit codes: bad bootstrap file, task timeout (like coreutils ``timeout``), failure.
@@ -543,6 +546,7 @@ def run_kernel(
             sup.stop(kernel, grace=0)
             raise
     say(READY)
+    exited_at: float | None = None
     while True:
         for signum in sup.take_signals():
             if signum == signal.SIGINT:
@@ -550,15 +554,21 @@ def run_kernel(
                 say("interrupt sent to the kernel")
             elif signum == signal.SIGHUP:
                 sup.stop(kernel)
-                kernel = start()
+                kernel, exited_at = start(), None
                 say(f"kernel restarted (pid {kernel.pid})")
             elif signum == signal.SIGTERM:
                 sup.stop(kernel)
                 say("kernel stopped")
                 return 0
         if kernel.returncode is not None:
-            say(f"kernel exited with code {kernel.returncode}")
-            return exit_code(kernel.returncode)
+            if exited_at is None:
+                say(f"kernel exited with code {kernel.returncode}")
+                exited_at = time.monotonic()
+            left = exited_at + RESTART_GRACE - time.monotonic()
+            if left <= 0:
+                return exit_code(kernel.returncode)
+            sup.wait(left)
+            continue
         sup.wait(None)
 
 

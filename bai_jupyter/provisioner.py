@@ -1,0 +1,485 @@
+"""The ``bai`` kernel provisioner: a notebook's Jupyter kernel is the ipykernel in ``main1``.
+
+``launch_kernel`` enqueues an interactive session, waits (without blocking the
+event loop, so jupyter_server's pending kernels work) until it is RUNNING, and
+hands back the connection info of the ipykernel in ``main1``. Everything after
+that is read from or sent to the session manager: ``poll``/``wait`` read the
+session's state, interrupts and restarts are signals to main1's runtime.
+
+A Jupyter restart (``shutdown_request`` with ``restart=True``, then a new
+launch) keeps the session: the runtime restarts the ipykernel in the same
+``main1`` on the same ports (SIGHUP), so the cluster, its sub kernels and their
+files stay. Only a shutdown without restart destroys the session.
+
+The manager is found in this order: the one a bai server extension registered in
+this process; the REST API at ``BAI_JUPYTER_URL``; else one embedded in this
+process on the shared default store, on its own event-loop thread, so that
+``jupyter console``, ``jupyter execute``, nbclient and papermill work without a
+Jupyter server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from collections.abc import Awaitable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar, cast
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from tornado.web import HTTPError
+from traitlets import Dict, Float, Int, List, Unicode
+from traitlets.config import Config
+
+from .errors import BaiError, NotFound, Timeout, Unavailable
+from .model import Session, SessionType, Status
+from .registry import current_manager, local_owner
+
+__all__ = ["BaiProvisioner", "LaunchError", "Sessions", "find_sessions", "stop_embedded_manager"]
+
+T = TypeVar("T")
+
+_ACTIVE = {Status.RUNNING, Status.RESTARTING}
+#: How long the process's exit waits for the embedded manager to finish its work.
+_EMBEDDED_STOP_TIMEOUT = 30.0
+
+
+class Sessions(Protocol):
+    """What the provisioner needs of a manager: one owner's sessions.
+
+    :class:`bai_jupyter.client.RemoteManager` is one as it is (the server decides
+    the owner); a :class:`~bai_jupyter.manager.SessionManager` is one through
+    :class:`OwnedSessions`.
+    """
+
+    async def create(
+        self,
+        request: Mapping[str, Any],
+        template: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Session: ...
+
+    async def get(self, key: str) -> Session: ...
+
+    async def wait_for(
+        self, key: str, statuses: Iterable[Status], timeout: float | None = None
+    ) -> Session: ...
+
+    async def destroy(self, key: str, reason: str = "user-requested") -> Session: ...
+
+    async def signal(self, key: str, signum: int, kernel: str = "main1") -> None: ...
+
+
+class OwnedSessions:
+    """A :class:`SessionManager` as one owner's :class:`Sessions`, run on the manager's loop.
+
+    ``loop`` is the loop of a manager that lives on another thread (the embedded
+    one); ``None`` calls it on the caller's loop (the server extension's).
+    """
+
+    def __init__(
+        self, manager: Any, owner: str, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        from .manager import SessionManager
+
+        self.manager: SessionManager = manager
+        self.owner = owner
+        self.loop = loop
+
+    async def _run(self, call: Awaitable[T]) -> T:
+        if self.loop is None:
+            return await call
+        future = asyncio.run_coroutine_threadsafe(_awaited(call), self.loop)
+        return await asyncio.wrap_future(future)
+
+    async def create(
+        self,
+        request: Mapping[str, Any],
+        template: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Session:
+        return await self._run(self.manager.create(request, self.owner, template, meta))
+
+    async def get(self, key: str) -> Session:
+        return await self._run(self.manager.get(key, self.owner))
+
+    async def wait_for(
+        self, key: str, statuses: Iterable[Status], timeout: float | None = None
+    ) -> Session:
+        return await self._run(self.manager.wait_for(key, statuses, timeout, self.owner))
+
+    async def destroy(self, key: str, reason: str = "user-requested") -> Session:
+        return await self._run(self.manager.destroy(key, self.owner, reason))
+
+    async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:
+        await self._run(self.manager.signal(key, signum, kernel, self.owner))
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call
+
+
+class _Embedded:
+    """This process's own manager, on an event loop in a daemon thread.
+
+    Its scheduling loop and engine watcher keep running whatever the caller's
+    loop does (``run_sync`` front ends run theirs only while they wait), and a
+    call from any loop or thread reaches it.
+    """
+
+    def __init__(self, config: Config) -> None:
+        from .manager import SessionManager
+
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="bai-embedded"))
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="bai-jupyter-embedded-manager", daemon=True
+        )
+        self.thread.start()
+        self.manager = SessionManager(config=config)
+        self.started = asyncio.run_coroutine_threadsafe(self.manager.start(), self.loop)
+
+    def stop(self) -> None:
+        """Stop the manager (sessions keep running), then the loop."""
+        if self.started.done() and self.started.exception() is None:
+            future = asyncio.run_coroutine_threadsafe(self.manager.stop(), self.loop)
+            future.result(_EMBEDDED_STOP_TIMEOUT)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(_EMBEDDED_STOP_TIMEOUT)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+_embedded: _Embedded | None = None
+_embedded_lock = threading.Lock()
+
+
+async def _embedded_sessions(config: Config, owner: str) -> OwnedSessions:
+    global _embedded
+    with _embedded_lock:
+        if _embedded is None:
+            _embedded = _Embedded(config)
+            # Before the interpreter stops worker threads (plain atexit is too late: the
+            # manager's last engine and store calls need them). Registered after
+            # concurrent.futures' own hook (imported above), so it runs before that one.
+            threading._register_atexit(stop_embedded_manager)  # type: ignore[attr-defined]
+        embedded = _embedded
+    try:
+        await asyncio.wrap_future(embedded.started)
+    except BaiError:
+        stop_embedded_manager()  # the next launch tries again (e.g. after a Docker fix)
+        raise
+    except Exception as exc:
+        stop_embedded_manager()
+        raise Unavailable(f"the embedded bai-jupyter session manager did not start: {exc}") from exc
+    return OwnedSessions(embedded.manager, owner, embedded.loop)
+
+
+def stop_embedded_manager() -> None:
+    """Stop this process's embedded manager, if one runs (at exit; tests between cases)."""
+    global _embedded
+    with _embedded_lock:
+        embedded, _embedded = _embedded, None
+    if embedded is not None:
+        embedded.stop()
+
+
+async def find_sessions(config: Config) -> tuple[Sessions, str]:
+    """The manager to use and a word for the log: in-process, remote, or embedded."""
+    manager = current_manager()
+    if manager is not None:
+        return OwnedSessions(manager, local_owner()), "the server's own manager"
+    url = os.environ.get("BAI_JUPYTER_URL")
+    if url:
+        from .client import RemoteManager
+
+        return RemoteManager.from_env(), f"the bai-jupyter server at {url}"
+    return await _embedded_sessions(config, local_owner()), "a manager embedded in this process"
+
+
+class LaunchError(HTTPError):
+    """A kernel launch that cannot finish, and why.
+
+    An :class:`~tornado.web.HTTPError` because jupyter_server shows the message of
+    only those to the user (JupyterLab's "Error Starting Kernel" dialog); for any
+    other exception it says "Unhandled error".
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(status, message.replace("%", "%%"))
+
+
+def _exit_code(session: Session) -> int | None:
+    """The 'process' exit code of a session: ``None`` while it is queued, starting or running."""
+    if not session.status.is_terminal:
+        return None
+    if session.status is Status.TERMINATED:
+        return session.exit_code or 0
+    code = session.status_data.get("exit_code")
+    return code if isinstance(code, int) and code != 0 else 1
+
+
+def _why_pending(session: Session) -> str:
+    """The scheduler's why-pending record in one line."""
+    data = session.scheduler_data
+    reasons = [str(p.get("msg") or p.get("name")) for p in data.get("failed_predicates") or []]
+    if data.get("msg") and data["msg"] not in reasons:
+        reasons.append(str(data["msg"]))
+    if not reasons:
+        return "the scheduler has not tried it yet"
+    tries = data.get("retries")
+    return "; ".join(reasons) + (f" (after {tries} scheduling tries)" if tries else "")
+
+
+class BaiProvisioner(KernelProvisionerBase):
+    """Runs a Jupyter kernel as ``main1`` of a bai-jupyter session (a cluster of kernels)."""
+
+    image = Unicode(
+        None, allow_none=True, config=True, help="Kernel image; default: the manager's."
+    )
+    cluster_size = Int(
+        None, allow_none=True, config=True, help="Kernels in the session (main1, sub1 …), 1–64."
+    )
+    cluster_mode = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="'single-node' (all kernels on one agent) or 'multi-node'.",
+    )
+    resources = Dict(config=True, help='Per-kernel resource slots, e.g. {"cpu": "2", "mem": "4g"}.')
+    mounts = List(
+        Unicode(),
+        config=True,
+        help="Data folders mounted in every kernel: a name, or /host/path[:/target][:ro].",
+    )
+    env = Dict(
+        value_trait=Unicode(), config=True, help="Extra environment variables of every kernel."
+    )
+    template = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="Session template whose fields the settings above override.",
+    )
+    resource_group = Unicode(
+        None, allow_none=True, config=True, help="Resource group whose agents run the session."
+    )
+    priority = Int(
+        None, allow_none=True, config=True, help="Scheduling priority 0–100, higher first."
+    )
+    launch_timeout = Float(
+        300.0,
+        config=True,
+        help="Seconds a launch may wait for its session to be scheduled and started; "
+        "then the session is cancelled and the launch fails saying why it waited.",
+    )
+    session = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="Attach to this running interactive session (id or name) instead of creating "
+        "one; shutting the kernel down then restarts main1's ipykernel and keeps the session.",
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: The session whose main1 runs this kernel; ``None`` before launch and after cleanup.
+        self.session_id: str | None = None
+        #: The ipykernel was stopped (killed, or asked to shut down); cleanup decides what next.
+        self._released = False
+        #: main1 was already told to restart its ipykernel in this restart.
+        self._hupped = False
+        self._sessions: Sessions | None = None
+
+    # --- the manager ------------------------------------------------------------------------
+
+    async def _manager(self) -> Sessions:
+        if self._sessions is None:
+            self._sessions, where = await find_sessions(self.config)
+            self.log.info("bai kernel %s: sessions come from %s", self.kernel_id, where)
+        return self._sessions
+
+    # --- launch -----------------------------------------------------------------------------
+
+    @property
+    def has_process(self) -> bool:
+        return self.session_id is not None
+
+    def _request(self) -> dict[str, Any]:
+        """The session request: only what is set, so a template or the defaults fill the rest."""
+        request: dict[str, Any] = {"type": SessionType.INTERACTIVE.value}
+        for name in ("image", "cluster_size", "cluster_mode", "resource_group", "priority"):
+            value = getattr(self, name)
+            if value is not None:
+                request[name] = value
+        for name in ("resources", "mounts", "env"):
+            value = getattr(self, name)
+            if value:
+                request[name] = value
+        return request
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Only the command is needed: the kernel's environment is its session's, not ours."""
+        kwargs["cmd"] = list(self.kernel_spec.argv)
+        return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        """Create (or reuse, on restart) the session and wait until main1's ipykernel is up."""
+        try:
+            return await self._launch()
+        except BaiError as exc:
+            raise LaunchError(exc.status, f"bai kernel {self.kernel_id}: {exc.message}") from exc
+
+    async def _launch(self) -> KernelConnectionInfo:
+        sessions = await self._manager()
+        if self.session_id is not None:
+            current = await sessions.get(self.session_id)
+            if current.status in _ACTIVE:
+                self._released = self._hupped = False  # a restart in place
+                return self._connection(current)
+            if self.session:
+                raise Unavailable(
+                    f"session {self.session} has ended "
+                    f"({current.status.value}, {current.status_info}); attach to a running one"
+                )
+            self.session_id = None  # it ended (the kernel died): a restart gets a new session
+        if self.session:
+            session = await sessions.get(self.session)
+            if session.spec.type is not SessionType.INTERACTIVE:
+                raise Unavailable(
+                    f"session {self.session} is a "
+                    f"{session.spec.type.value} session; only interactive ones run a kernel"
+                )
+        else:
+            session = await sessions.create(
+                self._request(), self.template, meta={"jupyter_kernel_id": self.kernel_id}
+            )
+        self.session_id = session.id
+        self._released = self._hupped = False
+        self.log.info(
+            "bai kernel %s: session %s is %s", self.kernel_id, session.id, session.status.value
+        )
+        try:
+            session = await sessions.wait_for(session.id, _ACTIVE, timeout=self.launch_timeout)
+        except Timeout:
+            session = await self._give_up(sessions, "launch-timeout")
+            raise Timeout(
+                f"session {session.id} did not start within "
+                f"launch_timeout={self.launch_timeout:g} s and was cancelled; it waited "
+                f"because: {_why_pending(session)}. Free resources (end other sessions), ask "
+                f"for less, or raise launch_timeout."
+            ) from None
+        except asyncio.CancelledError:
+            waited = await asyncio.shield(self._give_up(sessions, "launch-cancelled"))
+            self.log.warning(
+                "bai kernel %s: launch cancelled; session %s was cancelled (it waited because: %s)",
+                self.kernel_id,
+                waited.id,
+                _why_pending(waited),
+            )
+            raise
+        if session.status not in _ACTIVE:
+            self.session_id = None
+            detail = session.status_data.get("error") or _why_pending(session)
+            raise Unavailable(
+                f"session {session.id} ended before its kernel "
+                f"started: {session.status.value} ({session.status_info}): {detail}"
+            )
+        return self._connection(session)
+
+    async def _give_up(self, sessions: Sessions, reason: str) -> Session:
+        """Cancel the session of a launch that will not finish (attached ones are not ours)."""
+        key, self.session_id = self.session_id, None
+        assert key is not None
+        if self.session:
+            return await sessions.get(key)
+        return await sessions.destroy(key, reason=reason)
+
+    def _connection(self, session: Session) -> KernelConnectionInfo:
+        main = next(k for k in session.kernels if k.hostname == "main1")
+        connection = main.info.get("connection")
+        if not connection:
+            raise Unavailable(f"session {session.id} runs no ipykernel in main1")
+        # Bytes, as jupyter_client holds it: a str key would not compare equal.
+        info = cast(KernelConnectionInfo, {**connection, "key": connection["key"].encode()})
+        self.connection_info = info
+        return info
+
+    # --- a running kernel -------------------------------------------------------------------
+
+    async def poll(self) -> int | None:
+        if self.session_id is None or self._released:
+            return 0
+        return _exit_code(await (await self._manager()).get(self.session_id))
+
+    async def wait(self) -> int | None:
+        if self.session_id is None or self._released:
+            return 0
+        session = await (await self._manager()).wait_for(self.session_id, ())
+        return _exit_code(session)
+
+    async def send_signal(self, signum: int) -> None:
+        """Signals go to main1's runtime: SIGINT interrupts the ipykernel, SIGHUP restarts it."""
+        if signum == 0 or self.session_id is None:
+            return
+        sessions = await self._manager()
+        try:
+            await sessions.signal(self.session_id, signum)
+        except (Unavailable, NotFound) as exc:  # not running (any more): nothing to signal
+            self.log.warning("bai kernel %s: signal %d not sent: %s", self.kernel_id, signum, exc)
+
+    async def kill(self, restart: bool = False) -> None:
+        """Mark the ipykernel stopped; :meth:`cleanup` (which is told reliably whether a
+        restart follows) restarts it in place or destroys the session."""
+        self._released = True
+
+    async def terminate(self, restart: bool = False) -> None:
+        self._released = True
+
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        """The ipykernel was asked to shut down: restart it in place, or end the session."""
+        self._released = True
+        if restart or self.session:
+            await self._restart_in_place()
+        else:
+            await self._destroy()
+
+    async def cleanup(self, restart: bool = False) -> None:
+        if restart:
+            await self._restart_in_place()
+            return
+        if self.session:
+            await self._restart_in_place()  # an attached session lives on with a fresh kernel
+        else:
+            await self._destroy()
+        self.session_id = None
+        self._released = self._hupped = False
+
+    async def _restart_in_place(self) -> None:
+        if self._hupped or self.session_id is None:
+            return
+        self._hupped = True
+        await self.send_signal(signal.SIGHUP)
+
+    async def _destroy(self) -> None:
+        if self.session_id is None:
+            return
+        sessions = await self._manager()
+        session = await sessions.get(self.session_id)
+        if not session.status.is_terminal:
+            await sessions.destroy(self.session_id, reason="user-requested")
+
+    # --- persistence ------------------------------------------------------------------------
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["bai_session_id"] = self.session_id
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        self.session_id = provisioner_info.get("bai_session_id")
+        self._released = self._hupped = False
