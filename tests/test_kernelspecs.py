@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.provisioning import KernelProvisionerFactory
+from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
 from bai_jupyter.cli import main
 
