@@ -99,8 +99,9 @@ class SessionManager(LoggingConfigurable):
         Dict(),
         config=True,
         help="Agents, each {'id', 'backend': 'docker'|'local', 'endpoint' (Docker URL), "
-        "'resource_group', 'capacity': {slot: amount}, 'reserve': {slot: amount}}. "
-        "Empty: one agent chosen by `backend`.",
+        "'resource_group', 'capacity': {slot: amount}, 'reserve': {slot: amount}, "
+        "'publish_ports': true|false (Docker: main1's ports on 127.0.0.1; default: only "
+        "where its bridge address is not routable)}. Empty: one agent chosen by `backend`.",
     )
     resource_groups = Dict(
         {"default": {"sequencer": "fifo", "selector": "concentrated", "options": {}}},
@@ -216,7 +217,10 @@ class SessionManager(LoggingConfigurable):
             if conf.get("reserve") is not None:
                 common["reserve"] = ResourceSlot(conf["reserve"])
             if kind == "docker":
-                made.append(DockerAgent(endpoint=conf.get("endpoint"), **common))
+                publish = conf.get("publish_ports")
+                made.append(
+                    DockerAgent(endpoint=conf.get("endpoint"), publish_ports=publish, **common)
+                )
             elif kind == "local":
                 made.append(LocalAgent(root=self._local_root(), **common))
             else:

@@ -13,13 +13,16 @@ from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance
 
 from ..manager import SessionManager
 from ..model import Status
 from ..registry import register_manager, unregister_manager
 from .execute import KernelRuns
+from .lookup import RunningSessions
 from .routes import routes
+from .upstream import upstream_client
 
 __all__ = ["BaiJupyterApp"]
 
@@ -54,13 +57,27 @@ class BaiJupyterApp(ExtensionApp):
         config=True,
         help="Seconds between keep-alive comments on an idle event stream.",
     )
+    proxy_timeout = Float(
+        0.0,
+        config=True,
+        help="Seconds a proxied HTTP request may take in all (0: no limit; streams and "
+        "long polls are common behind service ports).",
+    )
     manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
 
     def initialize_settings(self) -> None:
         self.manager = SessionManager(parent=self, log=self.log)
         self.runs = KernelRuns(self.execute_chunk_timeout, self.kernel_connect_timeout, self.log)
+        self.running = RunningSessions()
         self.streams: set[asyncio.Queue[Any]] = set()
+        self._upstream: SimpleAsyncHTTPClient | None = None
         self._watcher: asyncio.Task[None] | None = None
+
+    def upstream(self) -> SimpleAsyncHTTPClient:
+        """The proxy's client towards the services (made on first use, on the server's loop)."""
+        if self._upstream is None:
+            self._upstream = upstream_client()
+        return self._upstream
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes(self))
@@ -70,12 +87,13 @@ class BaiJupyterApp(ExtensionApp):
         assert self.manager is not None
         await self.manager.start()
         register_manager(self.manager)
-        self._watcher = asyncio.ensure_future(self._drop_ended_runs())
+        self._watcher = asyncio.ensure_future(self._follow_sessions())
 
-    async def _drop_ended_runs(self) -> None:
-        """A session that leaves RUNNING takes its execute connection with it."""
+    async def _follow_sessions(self) -> None:
+        """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client."""
         assert self.manager is not None
         async for event in self.manager.events():
+            self.running.forget(event["session_id"])
             if event["status"] != Status.RUNNING.value:
                 self.runs.forget(event["session_id"])
 
@@ -97,5 +115,7 @@ class BaiJupyterApp(ExtensionApp):
         if self._watcher is not None:
             self._watcher.cancel()
         self.runs.close()
+        if self._upstream is not None:
+            self._upstream.close()
         unregister_manager(self.manager)
         await self.manager.stop()

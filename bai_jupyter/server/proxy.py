@@ -32,8 +32,12 @@ __all__ = ["SessionProxyHandler"]
 _JUPYTER_QUERY = {"token", "_xsrf"}
 _JUPYTER_HEADERS = ("X-XSRFToken", "X-XSRF-Token", "X-Csrftoken")
 _JUPYTER_AUTH = re.compile(r"^\s*(token|bearer)\s", re.IGNORECASE)
-#: Response headers a streamed reply must not copy (tornado frames the body itself).
-_FRAMING = {"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive"}
+#: Response headers a streamed reply must not copy (tornado frames the body itself; a
+#: Content-Length is kept: the client then reads a plain body instead of chunks).
+_FRAMING = {"Transfer-Encoding", "Connection", "Keep-Alive"}
+#: tornado's client reads bodies in pieces of this size; a full one means more is waiting.
+_READ_CHUNK = 65536
+_FLUSH_AT = 1 << 19
 
 
 class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
@@ -75,14 +79,14 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     async def _resolve(self, session_id: str, service: str) -> None:
         if not await self._allowed(SESSIONS):
             raise Forbidden(f"not allowed to use {SESSIONS}")
-        manager = self.bai.manager
         owner = str(self.current_user.username) if self.bai.multi_user else local_owner()
+        unknown = NotFound(f"no session {session_id!r} of {owner}")
         try:
-            session: Session = await manager.get(session_id, owner)
+            session: Session = await self.bai.running.get(self.bai.manager, session_id)
         except NotFound:
-            if not await self._allowed(ADMIN):
-                raise
-            session = await manager.get(session_id)
+            raise unknown from None
+        if session.owner != owner and not await self._allowed(ADMIN):
+            raise unknown
         ports = {s.split(":")[0]: s.split(":") for s in session.spec.service_ports}
         if service not in ports:
             known = ", ".join(ports) or "none"
@@ -203,6 +207,7 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         self, host: str, port: int, proxied_path: str, body: bytes | None, client: Any
     ) -> None:
         """Stream the reply as it comes (the parent class would buffer it whole)."""
+        client.close()  # the parent's fresh client per request: ours is shared
         started = False
         head: dict[str, Any] = {}
 
@@ -229,10 +234,18 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
                     value = self._rewrite_location_header(value, host, port, proxied_path)
                 self.add_header(name, value)
 
+        pending = 0
+
         def on_chunk(chunk: bytes) -> None:
+            nonlocal pending
             send_head()
             self.write(chunk)
-            self.flush()
+            pending += len(chunk)
+            # A short read means the service paused: pass on what came (streams, events).
+            # Full reads mean more is waiting: send in bigger writes.
+            if len(chunk) < _READ_CHUNK or pending >= _FLUSH_AT:
+                self.flush()
+                pending = 0
 
         request = self._build_proxy_request(
             host,
@@ -242,15 +255,17 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             header_callback=on_header,
             streaming_callback=on_chunk,
         )
+        request.request_timeout = self.bai.proxy_timeout or None
         try:
-            response = await client.fetch(request, raise_error=False)
+            response = await self.bai.upstream().fetch(request, raise_error=False)
         except httpclient.HTTPError as exc:
             raise HTTPError(502, f"the service did not answer: {exc}") from exc
-        finally:
-            client.close()
         if response.error is not None and not isinstance(response.error, httpclient.HTTPError):
             if started:
                 return  # the head is out: all we can do is end the body early
             raise HTTPError(502, f"the service did not answer: {response.error}")
         send_head()
         self._record_activity()
+
+    #: Server-Sent Events take the same streaming path.
+    _proxy_progressive = _proxy_buffered

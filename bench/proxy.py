@@ -1,0 +1,298 @@
+"""Service-port proxy: direct vs our proxy vs jupyter-server-proxy's ``/proxy/{host}:{port}``.
+
+Run: ``.venv/bin/python bench/proxy.py [--rounds R] [--small N] [--large N] [--echoes N]``
+(needs a Docker engine and the default kernel image: ``bai-jupyter image build``).
+
+One ``jupyter server`` (this extension and jupyter-server-proxy, token auth) with
+a docker agent that publishes main1's ports on 127.0.0.1, one interactive
+session whose main1 runs a tornado service (the image's Debian tornado 6.2):
+``GET /bytes/N`` and a WebSocket echo. Three arms, each reaching the same service:
+
+* ``direct``: the published port itself (127.0.0.1, through Docker's port proxy
+  like the other two arms, so all three pay that hop);
+* ``bai``: ``/bai/sessions/{id}/proxy/web/…`` (ours: session lookup, ownership,
+  credentials stripped, streamed bodies);
+* ``jsp``: jupyter-server-proxy's plain ``/proxy/127.0.0.1:{port}/…``.
+
+Interleaved round by round (every arm once per round, ``--rounds`` rounds) so
+they share the machine's noise. HTTP: sequential GETs of 1 KiB and 1 MiB with
+tornado's client (a new connection per request, as the proxies themselves
+make): requests/s over all rounds and the median/p90 latency. WebSocket: one
+connection per arm and round, ``--echoes`` round trips of 64 bytes: median and
+p90 round-trip time. Prints each arm's figures, the ratios to ``direct`` and to
+``jsp``, and the goals with pass/fail: 1 MiB ≥ 0.7× direct, median WebSocket
+overhead ≤ 1 ms, and not slower than ``jsp`` (within 5 %, the noise of one run).
+
+The session and the server are removed on exit, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.websocket import websocket_connect
+
+from bai_jupyter.client import RemoteManager
+from bai_jupyter.model import Status
+
+TOKEN = "bench-token"
+SIZES = {"1 KiB": 1 << 10, "1 MiB": 1 << 20}
+SERVICE = r"""
+import asyncio
+from tornado import web, websocket
+
+blobs = {}
+
+class Bytes(web.RequestHandler):
+    def get(self, n):
+        n = int(n)
+        if n not in blobs:
+            blobs[n] = b"x" * n
+        self.write(blobs[n])
+
+class Echo(websocket.WebSocketHandler):
+    def on_message(self, message):
+        self.write_message(message, binary=isinstance(message, bytes))
+
+async def main():
+    web.Application([(r"/bytes/(\d+)", Bytes)]).listen(8080)
+    web.Application([(r"/echo", Echo)]).listen(8081)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+START = f"""
+import subprocess, sys
+open("/tmp/bench_service.py", "w").write({SERVICE!r})
+subprocess.Popen([sys.executable, "/tmp/bench_service.py"], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+CONFIG = f"""
+c.ServerApp.jpserver_extensions = {{"bai_jupyter": True, "jupyter_server_proxy": True,
+    "jupyterlab": False, "jupyter_lsp": False, "jupyter_server_terminals": False,
+    "notebook_shim": False}}
+c.ServerApp.allow_root = True
+c.ServerApp.open_browser = False
+c.ServerApp.log_level = "WARN"
+c.IdentityProvider.token = {TOKEN!r}
+c.SessionManager.agents = [{{"id": "docker", "backend": "docker", "publish_ports": True}}]
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A jupyter server with both extensions, its store under ``root``."""
+    (root / "config").mkdir(parents=True)
+    store = f"\nc.SessionManager.store_url = {f'sqlite:///{root}/store.sqlite'!r}\n"
+    (root / "config" / "jupyter_server_config.py").write_text(CONFIG + store)
+    port = _free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(root / "config"),
+        "JUPYTER_DATA_DIR": str(root / "data"),
+        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+    }
+    with (root / "server.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=root,
+        )
+    url = f"http://127.0.0.1:{port}/"
+    request = urllib.request.Request(
+        url + "bai/api/v1/agents", headers={"Authorization": f"token {TOKEN}"}
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                if json.load(reply)["agents"]:
+                    return proc, url
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"the server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
+
+
+async def timed_gets(url: str, headers: dict[str, str], count: int) -> list[float]:
+    """``count`` sequential GETs; each one's seconds."""
+    http = AsyncHTTPClient()
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        reply = await http.fetch(HTTPRequest(url, headers=headers, decompress_response=False))
+        times.append(time.perf_counter() - started)
+        assert reply.code == 200
+    return times
+
+
+async def timed_echoes(url: str, headers: dict[str, str], count: int) -> list[float]:
+    """One WebSocket connection, ``count`` round trips of 64 bytes; each one's seconds."""
+    conn = await websocket_connect(HTTPRequest(url, headers=headers))
+    message = "m" * 64
+    times = []
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            await conn.write_message(message)
+            assert await conn.read_message() == message
+            times.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    return times
+
+
+def p90(values: list[float]) -> float:
+    return sorted(values)[int(0.9 * (len(values) - 1))]
+
+
+async def measure(
+    args: argparse.Namespace, url: str, session_id: str, host: str, ports: dict[str, int]
+) -> None:
+    auth = {"Authorization": f"token {TOKEN}"}
+    web, ws = ports["service:web"], ports["service:ws"]
+    http_arms: dict[str, tuple[str, dict[str, str]]] = {
+        "direct": (f"http://{host}:{web}", {}),
+        "bai": (f"{url}bai/sessions/{session_id}/proxy/web", auth),
+        "jsp": (f"{url}proxy/{host}:{web}", auth),
+    }
+    ws_url = url.replace("http", "ws", 1)
+    ws_arms: dict[str, tuple[str, dict[str, str]]] = {
+        "direct": (f"ws://{host}:{ws}/echo", {}),
+        "bai": (f"{ws_url}bai/sessions/{session_id}/proxy/ws/echo", auth),
+        "jsp": (f"{ws_url}proxy/{host}:{ws}/echo", auth),
+    }
+    counts = {"1 KiB": args.small, "1 MiB": args.large}
+    results: dict[str, dict[str, list[float]]] = {}
+    for label, size in SIZES.items():
+        for base, headers in http_arms.values():
+            await timed_gets(f"{base}/bytes/{size}", headers, 3)  # warm-up, untimed
+        results[label] = {arm: [] for arm in http_arms}
+        for _ in range(args.rounds):
+            for arm, (base, headers) in http_arms.items():
+                results[label][arm] += await timed_gets(
+                    f"{base}/bytes/{size}", headers, counts[label]
+                )
+    echoes: dict[str, list[float]] = {arm: [] for arm in ws_arms}
+    for target, headers in ws_arms.values():
+        await timed_echoes(target, headers, 10)  # warm-up, untimed
+    for _ in range(args.rounds):
+        for arm, (target, headers) in ws_arms.items():
+            echoes[arm] += await timed_echoes(target, headers, args.echoes)
+    report(results, echoes)
+
+
+def report(results: dict[str, dict[str, list[float]]], echoes: dict[str, list[float]]) -> None:
+    rate: dict[tuple[str, str], float] = {}
+    columns = ("req/s", 9), ("median ms", 10), ("p90 ms", 8), ("×direct", 8), ("×jsp", 6)
+    print(f"{'HTTP GET':10} {'arm':7} " + " ".join(f"{name:>{width}}" for name, width in columns))
+    for label, arms in results.items():
+        for arm, times in arms.items():
+            rate[label, arm] = len(times) / sum(times)
+        for arm, times in arms.items():
+            per_s, mid = rate[label, arm], statistics.median(times) * 1e3
+            print(
+                f"{label:10} {arm:7} {per_s:9.1f} {mid:10.2f} {p90(times) * 1e3:8.2f} "
+                f"{per_s / rate[label, 'direct']:8.2f} {per_s / rate[label, 'jsp']:6.2f}"
+            )
+    print(f"\n{'WebSocket':10} {'arm':7} {'median ms':>10} {'p90 ms':>8} {'overhead ms':>12}")
+    median = {arm: statistics.median(times) for arm, times in echoes.items()}
+    for arm, times in echoes.items():
+        overhead = (median[arm] - median["direct"]) * 1e3
+        mid = median[arm] * 1e3
+        print(f"{'echo 64 B':10} {arm:7} {mid:10.3f} {p90(times) * 1e3:8.3f} {overhead:12.3f}")
+    bai_over_direct = rate["1 MiB", "bai"] / rate["1 MiB", "direct"]
+    goals = [
+        ("1 MiB req/s bai ≥ 0.7× direct", bai_over_direct, bai_over_direct >= 0.7),
+        (
+            "WebSocket median overhead of bai ≤ 1 ms",
+            (median["bai"] - median["direct"]) * 1e3,
+            median["bai"] - median["direct"] <= 1e-3,
+        ),
+    ]
+    for label in SIZES:
+        ratio = rate[label, "bai"] / rate[label, "jsp"]
+        goals.append((f"{label} req/s bai ≥ 0.95× jsp (not slower)", ratio, ratio >= 0.95))
+    ratio = median["bai"] / median["jsp"]
+    goals.append(("WebSocket median bai ≤ 1.05× jsp (not slower)", ratio, ratio <= 1.05))
+    print("\nGoals:")
+    for name, value, ok in goals:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}: {value:.3f}")
+
+
+async def bench(args: argparse.Namespace, url: str) -> None:
+    client = RemoteManager(url, TOKEN)
+    session = await client.create(
+        {"service_ports": ["web:http:8080", "ws:http:8081"], "resources": {"mem": "512m"}}
+    )
+    try:
+        session = await client.wait_for(session.id, {Status.RUNNING}, timeout=120)
+        if session.status is not Status.RUNNING:
+            raise SystemExit(f"the session did not start: {session.status_data}")
+        await client.execute(session.id, START)
+        main = session.kernels[0]
+        host, ports = main.info["host"], main.info["ports"]
+        await wait_listening(
+            lambda: timed_gets(f"http://{host}:{ports['service:web']}/bytes/1", {}, 1)
+        )
+        await measure(args, url, session.id, host, ports)
+    finally:
+        await client.destroy(session.id)
+
+
+async def wait_listening(probe: Callable[[], Awaitable[object]]) -> None:
+    for _ in range(100):
+        try:
+            await probe()
+            return
+        except (OSError, HTTPClientError):  # Docker's port proxy accepts, then hangs up
+            await asyncio.sleep(0.1)
+    raise SystemExit("the service in main1 did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--small", type=int, default=60, help="1 KiB GETs per arm and round")
+    parser.add_argument("--large", type=int, default=20, help="1 MiB GETs per arm and round")
+    parser.add_argument(
+        "--echoes", type=int, default=200, help="WebSocket echoes per arm and round"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bai-bench-proxy-") as tmp:
+        proc, url = start_server(Path(tmp))
+        try:
+            asyncio.run(bench(args, url))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    main()
