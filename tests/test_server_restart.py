@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_server_harness import Server, start_server
@@ -70,3 +72,42 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         for session_id in ids:
             await client.destroy(session_id)
         second.stop()
+
+
+async def test_a_clean_shutdown_ends_kernel_sessions_with_their_kernels(
+    tmp_path: Path, kernel_image: str, docker_engine: Any
+) -> None:
+    """SIGTERM: Jupyter's kernels go first, while the manager can still remove containers."""
+    from bai_jupyter.cluster import LABEL_SESSION
+    from bai_jupyter.kernelspecs import kernelspec_json
+    from bai_jupyter.store import Store
+
+    root = tmp_path / "server"
+    spec_dir = root / "data" / "kernels" / "bai-test"
+    spec_dir.mkdir(parents=True)
+    spec = kernelspec_json("bai test", {"resources": {"cpu": "0.5", "mem": "256m"}})
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    server = start_server(root, _CONFIG)
+    try:
+        reply = await server.fetch("POST", "api/kernels", {"name": "bai-test"})
+        assert reply.code == 201, reply.body
+        kernel_id = json.loads(reply.body)["id"]
+        (session,) = await server.client().list(statuses=[Status.RUNNING])
+        assert session.meta["jupyter_kernel_id"] == kernel_id
+        api_made = await server.client().create({"starts_at": 4e9})  # not kernel-backed
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, server.tail()
+    store = Store(f"sqlite:///{root}/store.sqlite")
+    try:
+        with store.read() as tx:
+            ended = tx.get_session(session.id)
+            kept = tx.get_session(api_made.id)
+    finally:
+        store.close()
+    assert ended is not None and ended.status is Status.TERMINATED
+    assert kept is not None and kept.status is Status.PENDING  # API sessions outlive the server
+    left = docker_engine.containers.list(
+        all=True, filters={"label": f"{LABEL_SESSION}={session.id}"}
+    )
+    assert left == []
