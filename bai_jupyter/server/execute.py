@@ -263,5 +263,5 @@ class ExecuteHandler(BaiHandler):
             raise InvalidRequest("run_id: must be a string of 1 to 64 characters")
         if not isinstance(body.get("options") or {}, dict):
             raise InvalidRequest("options: must be a JSON object")
-        session = await self.session(key, "execute")
+        session = await self.session(key, "write")
         self.write_json(await self.app.runs.step(session, mode, code, run_id))

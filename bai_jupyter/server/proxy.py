@@ -16,6 +16,7 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode
 
 from jupyter_server.auth.decorator import authorized
+from jupyter_server.auth.utils import HTTP_METHOD_TO_AUTH_ACTION
 from jupyter_server.utils import ensure_async, url_path_join
 from jupyter_server_proxy.handlers import ProxyHandler  # type: ignore[import-untyped]
 from tornado import httpclient, httputil, web
@@ -69,7 +70,8 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             self.finish(error_body(exc.code, exc.message))
 
     async def _allowed(self, resource: str) -> bool:
-        action = "execute" if self.request.method != "GET" else "read"
+        upgrade = self.request.headers.get("Upgrade", "").lower() == "websocket"
+        action = HTTP_METHOD_TO_AUTH_ACTION["WEBSOCKET" if upgrade else self.request.method]
         return bool(
             await ensure_async(
                 self.authorizer.is_authorized(self, self.current_user, action, resource)
