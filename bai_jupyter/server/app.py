@@ -100,8 +100,8 @@ class BaiJupyterApp(ExtensionApp):
     async def stop_extension(self) -> None:
         """End kernel-backed sessions with their kernels, then stop the manager cleanly.
 
-        Jupyter shuts its kernels down only after the extensions stopped, when
-        their provisioners could no longer reach the manager: so do it first.
+        Jupyter shuts its kernels down only after the extensions stopped, when the
+        manager could no longer remove their containers: so do it first.
         """
         if self.manager is None:
             return

@@ -87,8 +87,8 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
         elif isinstance(exc, HTTPError):
             code = _HTTP_CODES.get(status_code, "error")
             message = exc.log_message or responses.get(status_code, "error")
-            if exc.args[2:]:
-                message = message % exc.args[2:]
+            if exc.log_message and exc.args:
+                message = exc.log_message % exc.args
         else:
             code, message = "internal-error", "internal error; the server log has the details"
         self.set_header("Content-Type", "application/json")

@@ -60,6 +60,8 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         if self.request.headers.get("Upgrade", "").lower() == "websocket":
             kwargs["_redirect_to_login"] = False
         await super().prepare(*args, **kwargs)
+        if self._finished:
+            return  # sent to the login page
         try:
             await self._resolve(*self.path_args[:2])
         except BaiError as exc:
@@ -81,6 +83,8 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     async def _resolve(self, session_id: str, service: str) -> None:
         if not await self._allowed(SESSIONS):
             raise Forbidden(f"not allowed to use {SESSIONS}")
+        if self.bai.manager is None:
+            raise Unavailable("the session manager is not started")
         owner = str(self.current_user.username) if self.bai.multi_user else local_owner()
         unknown = NotFound(f"no session {session_id!r} of {owner}")
         try:
