@@ -211,7 +211,6 @@ class RemoteManager:
         code: str = "",
         mode: str = "query",
         run_id: str | None = None,
-        options: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One step of the code execution API on main1 (see docs/api.md).
 
@@ -222,8 +221,6 @@ class RemoteManager:
         body: dict[str, Any] = {"code": code, "mode": mode}
         if run_id is not None:
             body["run_id"] = run_id
-        if options is not None:
-            body["options"] = dict(options)
         reply: dict[str, Any] = await self._call("POST", _path("sessions", key, "execute"), body)
         return reply
 

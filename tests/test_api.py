@@ -456,17 +456,20 @@ async def test_logs_of_a_running_session(server: Server, running: str) -> None:
     assert reply.code == 404 and "sub9" in body(reply)["message"]
 
 
-async def test_execute_on_a_pending_session_is_503(server: Server) -> None:
+async def test_execute_is_503_before_running_and_409_after_the_end(server: Server) -> None:
     client = server.client("alice-token")
     session = await client.create({"starts_at": FUTURE})
+    path = f"bai/api/v1/sessions/{session.id}"
     try:
-        reply = await server.fetch(
-            "POST", f"bai/api/v1/sessions/{session.id}/execute", {"code": "1"}, token="alice-token"
-        )
+        reply = await server.fetch("POST", f"{path}/execute", {"code": "1"}, token="alice-token")
         assert reply.code == 503 and reply.headers["Retry-After"]
         assert "PENDING" in body(reply)["message"]
     finally:
         await client.destroy(session.id)
+    for action in ("execute", "interrupt", "restart"):
+        reply = await server.fetch("POST", f"{path}/{action}", {}, token="alice-token")
+        assert (reply.code, body(reply)["error"]) == (409, "conflict"), action
+        assert "has ended (CANCELLED)" in body(reply)["message"]
 
 
 async def test_proxy_is_for_the_owner_only(server: Server) -> None:

@@ -43,7 +43,7 @@ async def test_a_session_from_create_to_destroy(server: Server) -> None:
         await client.signal(session.id, signal.SIGTERM)
     ended = await client.destroy(session.id)
     assert ended.status is Status.TERMINATED and ended.status_info == "user-requested"
-    with pytest.raises(errors.Unavailable, match="TERMINATED"):
+    with pytest.raises(errors.Conflict, match="has ended"):
         await client.signal(session.id, signal.SIGHUP)
 
 

@@ -13,9 +13,9 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.utils import ensure_async
 from tornado.web import HTTPError
 
-from ..errors import BaiError, InvalidRequest, NotFound, Unavailable
+from ..errors import BaiError, Conflict, InvalidRequest, NotFound, Unavailable
 from ..manager import SessionManager
-from ..model import Session
+from ..model import Session, Status
 from ..registry import local_owner
 from ..store import Transaction
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["ADMIN", "SESSIONS", "TEMPLATES", "BaiHandler", "error_body"]
+__all__ = ["ADMIN", "SESSIONS", "TEMPLATES", "BaiHandler", "error_body", "require_running"]
 
 #: Authorization resources (``bai_jupyter:…``) a Jupyter authorizer decides on.
 SESSIONS = "bai_jupyter:sessions"
@@ -41,6 +41,15 @@ _HTTP_CODES = {
     409: "conflict",
     503: "unavailable",
 }
+
+
+def require_running(session: Session, also: frozenset[Status] = frozenset()) -> None:
+    """409 for a session that has ended (it never runs again), 503 while it is not RUNNING yet."""
+    if session.status is Status.RUNNING or session.status in also:
+        return
+    if session.status.is_terminal or session.status is Status.TERMINATING:
+        raise Conflict(f"session {session.id} has ended ({session.status.value})")
+    raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
 
 
 def error_body(code: str, message: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..errors import Unavailable
 from ..model import Session, Status
 from ..scheduler.context import PassContext
 from ..scheduler.placement import AgentPool
@@ -99,6 +100,8 @@ class SchedulerHandler(BaiHandler):
     async def get(self) -> None:
         admin = await self.is_admin()
         owner = self.owner
+        if self.manager.store is None:
+            raise Unavailable("the session manager is not started")
         groups: dict[str, Any] = dict(self.manager.resource_groups)
         now = time.time()
         plugins = {name: self.manager.group_scheduler(name) for name in groups}

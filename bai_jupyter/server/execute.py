@@ -23,13 +23,13 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
-from ..model import KernelRole, Session, Status
-from .base import BaiHandler
+from ..model import KernelRole, Session
+from .base import BaiHandler, require_running
 
 __all__ = ["ExecuteHandler", "KernelRuns"]
 
 MODES = ("query", "batch", "continue", "input")
-_BODY_KEYS = ("code", "mode", "run_id", "options")
+_BODY_KEYS = ("code", "mode", "run_id")
 #: ``batch`` runs the code as a shell command; its exit status comes back as ``rc``.
 _BATCH = """\
 import subprocess as __bai_sp, sys as __bai_sys
@@ -186,8 +186,7 @@ class KernelRuns:
         self, session: Session, mode: str, code: str, run_id: str | None
     ) -> dict[str, Any]:
         """One call of the execute API (see the module docs)."""
-        if session.status is not Status.RUNNING:
-            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        require_running(session)
         conn = await self._connection(session)
         if mode in ("query", "batch"):
             run_id = run_id or secrets.token_hex(8)
@@ -241,7 +240,7 @@ class KernelRuns:
 
 
 class ExecuteHandler(BaiHandler):
-    """``{code, mode, run_id, options}`` → ``{run_id, status, exit_code, console}``."""
+    """``{code, mode, run_id}`` → ``{run_id, status, exit_code, console}``."""
 
     @web.authenticated
     @authorized
@@ -261,7 +260,5 @@ class ExecuteHandler(BaiHandler):
         run_id = body.get("run_id")
         if run_id is not None and (not isinstance(run_id, str) or not 0 < len(run_id) <= 64):
             raise InvalidRequest("run_id: must be a string of 1 to 64 characters")
-        if not isinstance(body.get("options") or {}, dict):
-            raise InvalidRequest("options: must be a JSON object")
         session = await self.session(key, "write")
         self.write_json(await self.app.runs.step(session, mode, code, run_id))

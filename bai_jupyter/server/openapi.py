@@ -149,7 +149,6 @@ _SCHEMAS: dict[str, Any] = {
             },
             "mode": {"type": "string", "enum": list(MODES)},
             "run_id": {"type": "string", "minLength": 1, "maxLength": 64},
-            "options": {"type": "object"},
         },
     },
     "ExecuteReply": {

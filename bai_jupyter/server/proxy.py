@@ -23,9 +23,9 @@ from tornado import httpclient, httputil, web
 from tornado.web import HTTPError
 
 from ..errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
-from ..model import KernelRole, Session, Status
+from ..model import KernelRole, Session
 from ..registry import local_owner
-from .base import ADMIN, SESSIONS, error_body
+from .base import ADMIN, SESSIONS, error_body, require_running
 
 __all__ = ["SessionProxyHandler"]
 
@@ -99,8 +99,7 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             raise NotFound(f"session {session.id} has no service {service!r} (services: {known})")
         if ports[service][1] == "tcp":
             raise InvalidRequest(f"service {service!r} is raw tcp: it is not proxied over HTTP")
-        if session.status is not Status.RUNNING:
-            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        require_running(session)
         main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
         port = main.info.get("ports", {}).get(f"service:{service}")
         host = main.info.get("host")

@@ -12,12 +12,14 @@ from tornado import web
 from ..errors import InvalidRequest
 from ..model import Session, SessionType, Status
 from ..wire import session_to_json
-from .base import BaiHandler
+from .base import BaiHandler, require_running
 
 __all__ = ["SessionHandler", "SessionsHandler", "proxy_url", "service_list", "session_view"]
 
 _STATUS_NAMES = ", ".join(s.value for s in Status)
 _TYPE_NAMES = ", ".join(t.value for t in SessionType)
+#: Signals also reach a session whose kernel is restarting.
+_RESTARTING = frozenset({Status.RESTARTING})
 
 
 def proxy_url(base_url: str, session_id: str, service: str) -> str:
@@ -126,6 +128,7 @@ class InterruptHandler(BaiHandler):
     @authorized
     async def post(self, key: str) -> None:
         session = await self.session(key, "write")
+        require_running(session, _RESTARTING)
         kernel = self.get_argument("kernel", "main1")
         await self.manager.signal(session.id, signal.SIGINT, kernel=kernel)
         self.set_status(204)
@@ -139,6 +142,7 @@ class RestartHandler(BaiHandler):
     @authorized
     async def post(self, key: str) -> None:
         session = await self.session(key, "write")
+        require_running(session, _RESTARTING)
         kernel = self.get_argument("kernel", "main1")
         await self.manager.signal(session.id, signal.SIGHUP, kernel=kernel)
         self.app.runs.forget(session.id, "the kernel was restarted")
