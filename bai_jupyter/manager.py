@@ -678,7 +678,10 @@ class SessionManager(LoggingConfigurable):
         return started
 
     def _plans(self, session: Session, agent: AgentBackend) -> builtins.list[KernelPlan]:
-        keys = generate_ssh_keys() if agent.backend == "docker" else None
+        # A session of one kernel has nobody to ssh to: no keys, no sshd competing with
+        # the ipykernel's start for CPU.
+        cluster = agent.backend == "docker" and len(session.kernels) > 1
+        keys = generate_ssh_keys() if cluster else None
         connection = None
         if session.spec.type is SessionType.INTERACTIVE:
             connection = {
