@@ -206,7 +206,7 @@ async def test_unknown_service_tcp_service_and_unknown_session(
         assert needle in error["message"]
 
 
-async def test_not_running_is_503_with_a_retry_hint(server: Server) -> None:
+async def test_503_with_a_retry_hint_until_running_409_after_the_end(server: Server) -> None:
     client = server.client()
     pending = await client.create({"starts_at": 4e9, "service_ports": ["web:http:8080"]})
     try:
@@ -215,6 +215,8 @@ async def test_not_running_is_503_with_a_retry_hint(server: Server) -> None:
         assert json.loads(reply.body)["error"] == "unavailable"
     finally:
         await client.destroy(pending.id)
+    ended = await server.fetch("GET", f"bai/sessions/{pending.id}/proxy/web/")
+    assert (ended.code, json.loads(ended.body)["error"]) == (409, "conflict")
 
 
 async def test_an_image_no_agent_has_is_refused_at_once(server: Server) -> None:
