@@ -19,6 +19,7 @@ from traitlets import Bool, Float, Instance
 from ..manager import SessionManager
 from ..model import Status
 from ..registry import register_manager, unregister_manager
+from .events import end_stream
 from .execute import KernelRuns
 from .lookup import RunningSessions
 from .routes import routes
@@ -109,9 +110,7 @@ class BaiJupyterApp(ExtensionApp):
         if kernels is not None:
             await ensure_async(kernels.shutdown_all())
         for stream in self.streams:
-            if stream.full():
-                stream.get_nowait()
-            stream.put_nowait(None)  # ends the open event streams
+            end_stream(stream)
         if self._watcher is not None:
             self._watcher.cancel()
         self.runs.close()

@@ -17,7 +17,15 @@ from tornado.iostream import StreamClosedError
 
 from .base import BaiHandler
 
-__all__ = ["EventsHandler"]
+__all__ = ["EventsHandler", "end_stream"]
+
+
+def end_stream(queue: asyncio.Queue[Any]) -> None:
+    """Make the stream reading ``queue`` end (it may be full: drop the oldest then)."""
+    if queue.full():
+        with contextlib.suppress(asyncio.QueueEmpty):
+            queue.get_nowait()
+    queue.put_nowait(None)
 
 
 class EventsHandler(BaiHandler):
@@ -26,7 +34,9 @@ class EventsHandler(BaiHandler):
     _queue: asyncio.Queue[dict[str, Any] | None]
 
     def on_connection_close(self) -> None:
-        self._queue.put_nowait(None)
+        queue = getattr(self, "_queue", None)
+        if queue is not None:
+            end_stream(queue)
 
     async def _pump(self) -> None:
         async for event in self.manager.events():
