@@ -381,15 +381,14 @@ async def test_execute_query_keeps_every_mime_type(server: Server, running: str)
 
 
 async def test_execute_errors_and_batch_exit_codes(server: Server, running: str) -> None:
-    _, console = await run_all(server, running, {"code": "1/0"})
-    replies, _ = await run_all(server, running, {"code": "1/0"})
+    replies, console = await run_all(server, running, {"code": "1/0"})
     assert replies[-1]["exit_code"] == 1
     assert console[-1][0] == "error" and console[-1][1]["ename"] == "ZeroDivisionError"
-    replies, console = await run_all(
-        server, running, {"code": "echo hi; echo oops >&2; exit 7", "mode": "batch"}
-    )
+    # Output without a newline, stderr into stdout, stdin at its end (never waits).
+    command = "printf part; echo oops >&2; read x || echo ' eof'; exit 7"
+    replies, console = await run_all(server, running, {"code": command, "mode": "batch"})
     assert replies[-1]["exit_code"] == 7
-    assert "".join(item[1] for item in console if item[0] == "stdout") == "hi\noops\n"
+    assert "".join(item[1] for item in console if item[0] == "stdout") == "partoops\n eof\n"
 
 
 async def test_execute_long_runs_come_in_chunks(server: Server, running: str) -> None:

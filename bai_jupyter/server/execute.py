@@ -30,14 +30,20 @@ __all__ = ["ExecuteHandler", "KernelRuns"]
 
 MODES = ("query", "batch", "continue", "input")
 _BODY_KEYS = ("code", "mode", "run_id")
-#: ``batch`` runs the code as a shell command; its exit status comes back as ``rc``.
+#: ``batch`` runs the code as a shell command, its output passed on as it comes (not
+#: line by line: progress bars too); its exit status comes back as ``__bai_rc``.
 _BATCH = """\
-import subprocess as __bai_sp, sys as __bai_sys
-with __bai_sp.Popen({command!r}, shell=True, stdout=__bai_sp.PIPE, stderr=__bai_sp.STDOUT) as __p:
-    for __line in iter(__p.stdout.readline, b""):
-        __bai_sys.stdout.write(__line.decode("utf-8", "replace"))
-        __bai_sys.stdout.flush()
-__bai_rc = __p.returncode
+def __bai_batch(command):
+    import codecs, os, subprocess, sys
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    with subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            sys.stdout.write(decode(chunk))
+            sys.stdout.flush()
+    return proc.returncode
+__bai_rc = __bai_batch({command!r})
+del __bai_batch
 """
 
 
