@@ -112,6 +112,9 @@ def _configure_kernelspec(parser: argparse.ArgumentParser) -> None:
     install.add_argument("--mem", metavar="M", help="memory per kernel, e.g. 4g")
     install.add_argument("--template", metavar="T", help="session template to start from")
     install.add_argument(
+        "--session", metavar="S", help="attach to this running session instead of creating one"
+    )
+    install.add_argument(
         "--launch-timeout", metavar="S", type=float, help="seconds a launch may wait in the queue"
     )
     install.add_argument(
@@ -138,7 +141,7 @@ def _run_kernelspec(args: argparse.Namespace) -> int:
 
 def _run_kernelspec_install(args: argparse.Namespace) -> int:
     config: dict[str, object] = {}
-    for key in ("image", "cluster_size", "cluster_mode", "template", "launch_timeout"):
+    for key in ("image", "cluster_size", "cluster_mode", "template", "launch_timeout", "session"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
     resources = {slot: getattr(args, slot) for slot in ("cpu", "mem") if getattr(args, slot)}

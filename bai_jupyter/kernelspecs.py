@@ -33,6 +33,8 @@ PROVISIONER = "bai"
 #: What main1's runtime runs (informational: the provisioner never runs it here).
 ARGV = ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
 INTERRUPT_MODES = ("signal", "message")
+#: Provisioner settings that are not fields of a session request.
+_PROVISIONER_ONLY = ("template", "launch_timeout", "session")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$", re.IGNORECASE)
 
 
@@ -65,7 +67,7 @@ def kernelspec_json(
         )
     if not display_name.strip():
         raise KernelspecError("display_name: must not be empty")
-    request = {k: v for k, v in config.items() if k not in ("template", "launch_timeout")}
+    request = {k: v for k, v in config.items() if k not in _PROVISIONER_ONLY}
     try:
         parse_spec({"type": "interactive", **request})
     except (SpecError, ResourceError) as exc:

@@ -32,7 +32,7 @@ from bai_jupyter.cluster import LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.manager import SessionManager
 from bai_jupyter.model import Session, Status
 from bai_jupyter.provisioner import BaiProvisioner
-from bai_jupyter.registry import register_manager, unregister_manager
+from bai_jupyter.registry import local_owner, register_manager, unregister_manager
 from bai_jupyter.store import Store
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -322,3 +322,19 @@ def test_jupyter_execute_runs_a_notebook_without_a_server(
         assert _containers(docker_engine, f"{LABEL_SCOPE}={store.id}") == []
     finally:
         store.close()
+
+
+async def test_a_kernel_attached_to_a_session_leaves_it_running(
+    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any
+) -> None:
+    session = await manager.create({"name": "shared", "resources": SMALL}, local_owner())
+    await manager.wait_for(session.id, {Status.RUNNING}, timeout=60)
+    _install("bai-attach", session="shared")
+    kernel_id = await _start(jp_fetch, "bai-attach")
+    client = await _client(jp_serverapp, kernel_id)
+    _, out = await _run(client, "import os; print(os.environ['BACKENDAI_SESSION_ID'])")
+    assert out.strip() == session.id
+    client.stop_channels()
+    await jp_fetch("api", "kernels", kernel_id, method="DELETE")
+    assert (await manager.get(session.id)).status is Status.RUNNING
+    assert [s.id for s in await manager.list()] == [session.id]
