@@ -331,7 +331,7 @@ class DockerAgent(AgentBackend):
         await self._call(f"cannot create network {name}", ensure)
 
     async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
-        """Create every kernel's container, then start them all at once; on any failure
+        """Create every kernel's container, then start main1, then the rest; on any failure
         remove what exists of the session here and raise :class:`AgentError`."""
         api = await self._api()
         async with self._lock(session_id):
@@ -376,9 +376,16 @@ class DockerAgent(AgentBackend):
         finally:
             if net_ready is not None:  # settle it, so that a clean-up sees the network
                 await asyncio.gather(net_ready, return_exceptions=True)
-        await self._gather(
-            [self._call(f"cannot start kernel {h}", api.start, cid) for cid, h in created]
-        )
+        # main1 first: its ipykernel boots while the engine starts the others (the engine
+        # starts a session's containers largely one after another, whatever we send at once).
+        for first in (True, False):
+            await self._gather(
+                [
+                    self._call(f"cannot start kernel {h}", api.start, cid)
+                    for plan, (cid, h) in zip(plans, created)
+                    if (plan.role is KernelRole.MAIN) is first
+                ]
+            )
         return list(
             await self._gather(
                 [self._started(api, plan, cid) for plan, (cid, _) in zip(plans, created)]
