@@ -24,9 +24,9 @@ import asyncio
 import os
 import signal
 import threading
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
@@ -37,6 +37,9 @@ from traitlets.config import Config
 from .errors import BaiError, NotFound, Timeout, Unavailable
 from .model import Session, SessionType, Status
 from .registry import current_manager, local_owner
+
+if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
+    from .manager import SessionManager
 
 __all__ = ["BaiProvisioner", "LaunchError", "Sessions", "find_sessions", "stop_embedded_manager"]
 
@@ -81,19 +84,16 @@ class OwnedSessions:
     """
 
     def __init__(
-        self, manager: Any, owner: str, loop: asyncio.AbstractEventLoop | None = None
+        self, manager: SessionManager, owner: str, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
-        from .manager import SessionManager
-
-        self.manager: SessionManager = manager
+        self.manager = manager
         self.owner = owner
         self.loop = loop
 
-    async def _run(self, call: Awaitable[T]) -> T:
+    async def _run(self, call: Coroutine[Any, Any, T]) -> T:
         if self.loop is None:
             return await call
-        future = asyncio.run_coroutine_threadsafe(_awaited(call), self.loop)
-        return await asyncio.wrap_future(future)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self.loop))
 
     async def create(
         self,
@@ -116,10 +116,6 @@ class OwnedSessions:
 
     async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:
         await self._run(self.manager.signal(key, signum, kernel, self.owner))
-
-
-async def _awaited(call: Awaitable[T]) -> T:
-    return await call
 
 
 class _Embedded:
@@ -169,17 +165,17 @@ async def _embedded_sessions(config: Config, owner: str) -> OwnedSessions:
         embedded = _embedded
     try:
         await asyncio.wrap_future(embedded.started)
-    except BaiError:
-        stop_embedded_manager()  # the next launch tries again (e.g. after a Docker fix)
-        raise
     except Exception as exc:
-        stop_embedded_manager()
+        # Dropped, so that the next launch tries again (e.g. once the store is fixed).
+        await asyncio.to_thread(stop_embedded_manager)
+        if isinstance(exc, BaiError):
+            raise
         raise Unavailable(f"the embedded bai-jupyter session manager did not start: {exc}") from exc
     return OwnedSessions(embedded.manager, owner, embedded.loop)
 
 
 def stop_embedded_manager() -> None:
-    """Stop this process's embedded manager, if one runs (at exit; tests between cases)."""
+    """Stop this process's embedded manager, if one runs (at exit, or when it failed to start)."""
     global _embedded
     with _embedded_lock:
         embedded, _embedded = _embedded, None
