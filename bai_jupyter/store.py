@@ -13,6 +13,7 @@ The store is synchronous; async callers run it through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import copy
+import secrets
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -595,6 +596,15 @@ class Store:
             ).first()
             #: Tells this store's kernels from other stores' on a shared engine.
             self.id: str = row.value if row else ""
+            row = conn.execute(
+                sa.select(meta_table.c.value).where(meta_table.c.key == "token_secret")
+            ).first()
+            #: Signs the owner-scoped tokens kernels get (shared by every server on the store).
+            self.token_secret: str = row.value if row else secrets.token_hex(32)
+            if row is None:  # stores made before it existed get one on first open
+                conn.execute(
+                    sa.insert(meta_table), [{"key": "token_secret", "value": self.token_secret}]
+                )
 
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in _NO_FILE:
             # WAL: readers and the writer stop blocking each other. Set only once the

@@ -148,8 +148,13 @@ def test_new_store_records_schema_version(tmp_path: Path) -> None:
     assert dict(sql(path, "SELECT key, value FROM bai_meta")) == {
         "schema_version": "1",
         "store_id": store.id,
+        "token_secret": store.token_secret,
     }
     assert len(store.id) == 32
+    assert len(store.token_secret) == 64
+    again = Store(url_of(path))
+    again.close()
+    assert again.token_secret == store.token_secret  # kept across opens
     names = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
     assert names >= OUR_TABLES | {"bai_status_history"}
 
