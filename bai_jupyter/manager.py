@@ -144,6 +144,9 @@ class SessionManager(LoggingConfigurable):
         #: The scheduling loop and the agents' watchers (cancelled on stop, not awaited).
         self._loops: set[asyncio.Task[Any]] = set()
         self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        #: Extra environment of every kernel, from (owner, agent id); not stored with the
+        #: session. The server extension gives kernels its address and an owner token.
+        self.kernel_env_hook: Callable[[str, str], Mapping[str, str]] | None = None
         self._started = False
 
     # --- lifecycle of the manager -----------------------------------------------------------
@@ -566,6 +569,19 @@ class SessionManager(LoggingConfigurable):
 
     # --- scheduling and starting --------------------------------------------------------------
 
+    async def host_addresses(self) -> dict[str, str]:
+        """Agent id → the address its kernels reach this host at, for agents that have one."""
+        found: dict[str, str] = {}
+        for agent in self._agents.values():
+            try:
+                address = await agent.host_address()
+            except AgentError as exc:
+                self.log.warning("bai-jupyter: agent %s: %s", agent.id, exc)
+                continue
+            if address:
+                found[agent.id] = address
+        return found
+
     async def _scheduler_loop(self) -> None:
         while True:
             waiter = asyncio.ensure_future(self._wake.wait())
@@ -693,6 +709,8 @@ class SessionManager(LoggingConfigurable):
         mounts = [parse_mount(m, session.owner, self._folders_root()) for m in session.spec.mounts]
         for mount in mounts:
             Path(mount.source).mkdir(parents=True, exist_ok=True)
+        hook = self.kernel_env_hook
+        extra_env = dict(hook(session.owner, agent.id)) if hook is not None else {}
         return [
             KernelPlan(
                 session_id=session.id,
@@ -701,7 +719,7 @@ class SessionManager(LoggingConfigurable):
                 role=kernel.role,
                 image=session.spec.image or self.default_image,
                 slots=kernel.slots.to_json(),
-                env=kernel_environ(session, kernel),
+                env={**extra_env, **kernel_environ(session, kernel)},
                 mounts=mounts,
                 labels=labels(session, kernel, self._store().id),
                 bootstrap=bootstrap(

@@ -27,7 +27,6 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import CapturedIO, capture_output
 from test_server_harness import Server, start_server
 
-import bai_jupyter
 from bai_jupyter.magics import (
     LoopThread,
     RunResult,
@@ -471,17 +470,11 @@ def connect(connection: Any) -> Any:
 @pytest.mark.slow
 @pytest.mark.docker
 def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
-    """``%%bai exec`` in main1's ipykernel: this package is mounted read-only into the
-    session and put on PYTHONPATH (the image has no package of ours)."""
+    """``%%bai exec`` and ``%bai status`` in main1's ipykernel, as a notebook user runs them:
+    the agent mounts this package read-only on the kernel's PYTHONPATH (the image has
+    none of ours) and the server gives the kernel an address and an owner token."""
     remote = connected.client()
-    package = Path(bai_jupyter.__file__).parent
-    request = {
-        "name": "exec3",
-        "cluster_size": 3,
-        "resources": SMALL_SLOTS,
-        "env": {"PYTHONPATH": "/opt/bai-src"},
-        "mounts": [f"{package}:/opt/bai-src/bai_jupyter:ro"],
-    }
+    request = {"name": "exec3", "cluster_size": 3, "resources": SMALL_SLOTS}
 
     async def start() -> Any:
         session = await remote.create(request)
@@ -506,10 +499,29 @@ def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
         out = kernel.run(f"%%bai exec --python --hosts sub1,sub2\n{code}")
         assert sorted(streams(out, "stdout").splitlines()) == ["[sub1] sub1", "[sub2] sub2"]
         assert streams(out, "stderr") == "[sub2] exit code 1\n"
-        out = kernel.run("%bai status --text")  # no manager reachable from the container
-        assert streams(out, "stdout").startswith(
-            f"session {session.id} · this kernel: main1 · hosts: main1,sub1,sub2"
+        out = kernel.run("%bai status --text")  # through the server, from the container
+        text = streams(out, "stdout")
+        assert text.startswith(f"session {session.id} (exec3) · interactive · RUNNING"), [
+            m["content"] for m in out
+        ]
+        assert [line.split()[:3] for line in text.splitlines() if line.startswith("sub")] == [
+            ["sub1", "sub", "RUNNING"],
+            ["sub2", "sub", "RUNNING"],
+        ]
+        # The kernel's token is its owner's, for the bai API only: not the server's token.
+        out = kernel.run(
+            "import os, urllib.request as u\n"
+            "url, token = os.environ['BAI_JUPYTER_URL'], os.environ['BAI_JUPYTER_TOKEN']\n"
+            "def get(path, token=token):\n"
+            "    req = u.Request(url + path, headers=dict(Authorization='token ' + token))\n"
+            "    try:\n"
+            "        return u.urlopen(req, timeout=10).status\n"
+            "    except u.HTTPError as e:\n"
+            "        return e.code\n"
+            f"print(token != {connected.token!r}, get('bai/api/v1/sessions'), get('api/kernels'),"
+            " get('bai/api/v1/sessions', token + 'x'))"
         )
+        assert streams(out, "stdout").split() == ["True", "200", "404", "403"], out
     finally:
         client.stop_channels()
         asyncio.run(remote.destroy(session.id))

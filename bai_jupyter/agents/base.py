@@ -86,6 +86,13 @@ class AgentBackend(abc.ABC):
     async def capacity(self) -> ResourceSlot:
         """What kernels may use on this node in all."""
 
+    async def host_address(self) -> str | None:
+        """The address this agent's kernels reach the manager's host at; ``None``: they cannot.
+
+        Front ends listen there so that code in a kernel (``%bai``) can call home.
+        """
+        return None
+
     async def has_image(self, image: str) -> bool:
         """Whether ``image`` is here to start kernels from (backends that run none: always)."""
         return True

@@ -68,6 +68,9 @@ T = TypeVar("T")
 
 #: Where the runtime package is mounted (read-only) in every kernel.
 RUNTIME_MOUNT = "/opt/bai-runtime"
+#: The bai_jupyter package, read-only, on every kernel's PYTHONPATH (``%bai`` in main1).
+PACKAGE_ROOT = "/opt/bai-jupyter"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 #: The shared, non-internal bridge on which main kernels publish their ports.
 EGRESS_NETWORK = "bai-jupyter-egress"
 #: Fixed Jupyter ports inside the main kernel (published on random host ports).
@@ -330,6 +333,31 @@ class DockerAgent(AgentBackend):
 
         await self._call(f"cannot create network {name}", ensure)
 
+    async def _ensure_egress(self, api: Any) -> None:
+        """The shared bridge main1 kernels reach out through (kernels can't talk on it)."""
+        if not self._egress_ready:
+            await self._ensure_network(
+                api,
+                EGRESS_NETWORK,
+                {LABEL_ROOT: "1"},
+                internal=False,
+                options={"com.docker.network.bridge.enable_icc": "false"},
+            )
+            self._egress_ready = True
+
+    async def host_address(self) -> str | None:
+        """The egress bridge's gateway, on an engine of this host (a remote one: ``None``)."""
+        if not self.local:
+            return None
+        api = await self._api()
+        await self._ensure_egress(api)
+        info = await self._call(
+            f"cannot inspect network {EGRESS_NETWORK}", api.inspect_network, EGRESS_NETWORK
+        )
+        configs = (info.get("IPAM") or {}).get("Config") or []
+        gateway = configs[0].get("Gateway") if configs else None
+        return str(gateway) if gateway else None
+
     async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
         """Create every kernel's container, then start main1, then the rest; on any failure
         remove what exists of the session here and raise :class:`AgentError`."""
@@ -360,15 +388,8 @@ class DockerAgent(AgentBackend):
             net_ready = asyncio.ensure_future(
                 self._ensure_network(api, net, labels, internal=True, options={})
             )
-        if not self._egress_ready and (net == EGRESS_NETWORK or any(map(self._is_main, plans))):
-            await self._ensure_network(
-                api,
-                EGRESS_NETWORK,
-                {LABEL_ROOT: "1"},
-                internal=False,
-                options={"com.docker.network.bridge.enable_icc": "false"},
-            )
-            self._egress_ready = True
+        if net == EGRESS_NETWORK or any(map(self._is_main, plans)):
+            await self._ensure_egress(api)
         try:
             created = await self._gather(
                 [self._create(api, session_id, net, plan, net_ready) for plan in plans]
@@ -454,9 +475,12 @@ class DockerAgent(AgentBackend):
                 publish[_parse_service_port(spec)[1]] = ("127.0.0.1",)
 
         binds = [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in plan.mounts]
+        command = ["python3", RUNTIME_MOUNT]
         if self.local:
+            command += ["--python-path", PACKAGE_ROOT]
             await asyncio.to_thread(self._make_dirs, [Path(m.source) for m in plan.mounts])
             binds.append(f"{self.runtime_dir}:{RUNTIME_MOUNT}:ro")
+            binds.append(f"{PACKAGE_DIR}:{PACKAGE_ROOT}/{PACKAGE_DIR.name}:ro")
             boot = await asyncio.to_thread(
                 self._write_bootstrap, session_id, plan.hostname, bootstrap
             )
@@ -480,7 +504,7 @@ class DockerAgent(AgentBackend):
             created = await asyncio.to_thread(
                 api.create_container,
                 plan.image,
-                command=["python3", RUNTIME_MOUNT],
+                command=command,
                 name=_container_name(session_id, plan.hostname),
                 hostname=plan.hostname,
                 labels=plan.labels,

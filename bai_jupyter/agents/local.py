@@ -193,6 +193,9 @@ class LocalAgent(AgentBackend):
 
     # ------------------------------------------------------------------ capacity
 
+    async def host_address(self) -> str | None:
+        return "127.0.0.1"  # kernels are processes of this host
+
     async def capacity(self) -> ResourceSlot:
         if self._capacity is not None:
             return self._capacity

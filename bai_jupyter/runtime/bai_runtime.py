@@ -634,6 +634,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--python", default=sys.executable, help="interpreter that runs ipykernel")
     p.add_argument(
+        "--python-path",
+        action="append",
+        default=[],
+        help="directory put on the kernel's PYTHONPATH, after the image's own (repeatable)",
+    )
+    p.add_argument(
         "--service-defs",
         default="/etc/backend.ai/service-defs",
         help="directory of Backend.AI service definitions",
@@ -659,6 +665,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config_dir.mkdir(parents=True, exist_ok=True)
         work_dir.mkdir(parents=True, exist_ok=True)
+        if args.python_path:  # e.g. bai_jupyter for %bai, after whatever the image set
+            paths = [os.environ.get("PYTHONPATH", ""), *args.python_path]
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         env = dict(os.environ)
         write_file(config_dir / "environ.txt", environ_text(env))
         write_file(config_dir / "resource.txt", resource_text(boot.resources))

@@ -21,8 +21,9 @@ from ..model import Status
 from ..registry import register_manager, unregister_manager
 from .events import end_stream
 from .execute import KernelRuns
+from .kernel_access import KernelAccess
 from .lookup import RunningSessions
-from .routes import routes
+from .routes import api_routes, routes
 from .upstream import upstream_client
 
 __all__ = ["BaiJupyterApp"]
@@ -64,6 +65,13 @@ class BaiJupyterApp(ExtensionApp):
         help="Seconds a proxied HTTP request may take in all (0: no limit; streams and "
         "long polls are common behind service ports).",
     )
+    kernel_access = Bool(
+        True,
+        config=True,
+        help="Let code in kernels (%bai in main1) call the API: serve it on the address the "
+        "agents' kernels reach this host at, and give every kernel BAI_JUPYTER_URL and a "
+        "BAI_JUPYTER_TOKEN that grants its owner's sessions and templates only.",
+    )
     manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
 
     def initialize_settings(self) -> None:
@@ -73,6 +81,7 @@ class BaiJupyterApp(ExtensionApp):
         self.streams: set[asyncio.Queue[Any]] = set()
         self._upstream: SimpleAsyncHTTPClient | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self.access: KernelAccess | None = None
 
     def upstream(self) -> SimpleAsyncHTTPClient:
         """The proxy's client towards the services (made on first use, on the server's loop)."""
@@ -88,7 +97,27 @@ class BaiJupyterApp(ExtensionApp):
         assert self.manager is not None
         await self.manager.start()
         register_manager(self.manager)
+        if self.kernel_access and self.manager.store is not None:
+            await self._open_kernel_access(self.manager, self.manager.store.token_secret)
         self._watcher = asyncio.ensure_future(self._follow_sessions())
+
+    async def _open_kernel_access(self, manager: SessionManager, secret: str) -> None:
+        addresses = await manager.host_addresses()
+        if not addresses or self.serverapp is None:
+            return
+        access = KernelAccess(secret)
+        access.start(
+            addresses.values(),
+            self.serverapp.web_app.settings,
+            api_routes(),
+            {"name": self.name},  # what ExtensionApp gives its own handlers
+        )
+        self.access = access
+        manager.kernel_env_hook = lambda owner, agent_id: access.environ(
+            owner, addresses.get(agent_id)
+        )
+        for address, url in access.urls.items():
+            self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
 
     async def _follow_sessions(self) -> None:
         """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client."""
@@ -116,5 +145,7 @@ class BaiJupyterApp(ExtensionApp):
         self.runs.close()
         if self._upstream is not None:
             self._upstream.close()
+        if self.access is not None:
+            self.access.stop()
         unregister_manager(self.manager)
         await self.manager.stop()
