@@ -15,8 +15,6 @@ import queue
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import CapturedIO, capture_output
-from test_server_harness import Server, start_server
+from test_server_harness import Server, serving
 
 from bai_jupyter.magics import (
     LoopThread,
@@ -47,35 +45,11 @@ SMALL_SLOTS = {"cpu": "0.25", "mem": "128m"}
 # --- a real server (the API tests' harness) ------------------------------------------------------
 
 
-def end_all(server: Server) -> None:
-    """Remove what the tests left running (their containers with it)."""
-
-    def call(method: str, path: str) -> Any:
-        request = urllib.request.Request(
-            f"{server.url}bai/api/v1/{path}",
-            method=method,
-            headers={"Authorization": f"token {server.token}"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read() or b"null")
-
-    for session in call("GET", "sessions")["sessions"]:
-        if not Status(session["status"]).is_terminal:
-            call("DELETE", f"sessions/{session['id']}")
-
-
 @pytest.fixture(scope="module")
 def server(kernel_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """``jupyter server`` with the extension and its own store, config and runtime dirs."""
-    running = start_server(tmp_path_factory.mktemp("bai-magics"))
-    try:
+    with serving(tmp_path_factory.mktemp("bai-magics")) as running:
         yield running
-    finally:
-        try:
-            if running.proc.poll() is None:
-                end_all(running)
-        finally:
-            running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ unauthenticated access is off, and everything it writes stays under ``root``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
 
 from bai_jupyter.client import RemoteManager
+from bai_jupyter.model import Status
 
 TOKEN = "test-token"
 _OTHERS_OFF = {
@@ -203,3 +206,35 @@ def _wait_ready(server: Server, timeout: float = 60) -> None:
         time.sleep(0.2)
     server.kill()
     raise RuntimeError(f"the server did not get ready in {timeout:g} s:\n{server.tail()}")
+
+
+def end_all(server: Server) -> None:
+    """End every live session of the server's user (their containers with them)."""
+    import urllib.request
+
+    def call(method: str, path: str) -> Any:
+        request = urllib.request.Request(
+            f"{server.url}bai/api/v1/{path}",
+            method=method,
+            headers={"Authorization": f"token {server.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read() or b"null")
+
+    for session in call("GET", "sessions")["sessions"]:
+        if not Status(session["status"]).is_terminal:
+            call("DELETE", f"sessions/{session['id']}")
+
+
+@contextlib.contextmanager
+def serving(root: Path, config: str = "") -> Iterator[Server]:
+    """A server for a block: what its tests left running is ended, then it stops cleanly."""
+    running = start_server(root, config)
+    try:
+        yield running
+    finally:
+        try:
+            if running.proc.poll() is None:
+                end_all(running)
+        finally:
+            running.stop()

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from test_magics import SMALL_SLOTS, end_all
-from test_server_harness import Server, start_server
+from test_magics import SMALL_SLOTS
+from test_server_harness import Server, serving
 
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.magics import LoopThread
@@ -164,15 +164,8 @@ def test_launcher_validates_as_you_type() -> None:
 
 @pytest.fixture(scope="module")
 def server(kernel_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(tmp_path_factory.mktemp("bai-widgets"))
-    try:
+    with serving(tmp_path_factory.mktemp("bai-widgets")) as running:
         yield running
-    finally:
-        try:
-            if running.proc.poll() is None:
-                end_all(running)
-        finally:
-            running.stop()
 
 
 def wait_until(model: SessionsModel, holds: Callable[[], bool], what: str) -> None:

@@ -121,8 +121,10 @@ class LogsHandler(BaiHandler):
         self.write_json({"session_id": session.id, "kernel": kernel, "logs": logs})
 
 
-class InterruptHandler(BaiHandler):
-    """SIGINT to a kernel's runtime: interrupts main1's ipykernel (what is running stops)."""
+class _SignalHandler(BaiHandler):
+    """A signal to a kernel's runtime (``?kernel=``, default main1) of a running session."""
+
+    signum: signal.Signals
 
     @web.authenticated
     @authorized
@@ -130,21 +132,20 @@ class InterruptHandler(BaiHandler):
         session = await self.session(key, "write")
         require_running(session, _RESTARTING)
         kernel = self.get_argument("kernel", "main1")
-        await self.manager.signal(session.id, signal.SIGINT, kernel=kernel)
+        await self.manager.signal(session.id, self.signum, kernel=kernel)
+        if self.signum is signal.SIGHUP:
+            self.app.runs.forget(session.id, "the kernel was restarted")
         self.set_status(204)
         self.finish()
 
 
-class RestartHandler(BaiHandler):
-    """SIGHUP to main1's runtime: restarts its ipykernel in place (same ports, new state)."""
+class InterruptHandler(_SignalHandler):
+    """SIGINT: interrupts main1's ipykernel (what is running stops)."""
 
-    @web.authenticated
-    @authorized
-    async def post(self, key: str) -> None:
-        session = await self.session(key, "write")
-        require_running(session, _RESTARTING)
-        kernel = self.get_argument("kernel", "main1")
-        await self.manager.signal(session.id, signal.SIGHUP, kernel=kernel)
-        self.app.runs.forget(session.id, "the kernel was restarted")
-        self.set_status(204)
-        self.finish()
+    signum = signal.SIGINT
+
+
+class RestartHandler(_SignalHandler):
+    """SIGHUP: restarts main1's ipykernel in place (same ports, new state)."""
+
+    signum = signal.SIGHUP
