@@ -483,19 +483,27 @@ def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
             ["sub2", "sub", "RUNNING"],
         ]
         # The kernel's token is its owner's, for the bai API only: not the server's token.
+        # POSTs need no XSRF cookie there; shared templates (admin) stay out of reach.
         out = kernel.run(
-            "import os, urllib.request as u\n"
+            "import json, os, urllib.request as u\n"
             "url, token = os.environ['BAI_JUPYTER_URL'], os.environ['BAI_JUPYTER_TOKEN']\n"
-            "def get(path, token=token):\n"
-            "    req = u.Request(url + path, headers=dict(Authorization='token ' + token))\n"
+            "def call(path, body=None, token=token):\n"
+            "    data = None if body is None else json.dumps(body).encode()\n"
+            "    auth = dict(Authorization='token ' + token)\n"
             "    try:\n"
-            "        return u.urlopen(req, timeout=10).status\n"
+            "        return u.urlopen(u.Request(url + path, data, auth), timeout=10).status\n"
             "    except u.HTTPError as e:\n"
             "        return e.code\n"
-            f"print(token != {connected.token!r}, get('bai/api/v1/sessions'), get('api/kernels'),"
-            " get('bai/api/v1/sessions', token + 'x'))"
+            "mine = dict(name='from-main1', spec=dict(cluster_size=2))\n"
+            f"print(token != {connected.token!r}, call('bai/api/v1/sessions'),"
+            " call('api/kernels'), call('bai/api/v1/sessions', token=token + 'x'),"
+            " call('bai/api/v1/templates', mine),"
+            " call('bai/api/v1/templates', dict(mine, name='shared', shared=True)))"
         )
-        assert streams(out, "stdout").split() == ["True", "200", "404", "403"], out
+        assert streams(out, "stdout").split() == ["True", "200", "404", "403", "201", "403"], out
+        names = [t.name for t in asyncio.run(remote.list_templates())]
+        assert "from-main1" in names and "shared" not in names
+        asyncio.run(remote.delete_template("from-main1"))
     finally:
         client.stop_channels()
         asyncio.run(remote.destroy(session.id))
