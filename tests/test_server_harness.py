@@ -133,7 +133,9 @@ class Server:
         self.proc.wait()
 
 
-def start_server(root: Path, config: str = "", args: list[str] | None = None) -> Server:
+def start_server(
+    root: Path, config: str = "", args: list[str] | None = None, port: int | None = None
+) -> Server:
     """Start ``jupyter server`` on a free port; return once the manager has started.
 
     ``root`` holds the store, the config, the data and runtime dirs and the log,
@@ -155,7 +157,7 @@ c.SessionManager.local_kernels_dir = {str(root / "local-kernels")!r}
 c.SessionManager.pass_interval = 1.0
 """
     (conf_dir / "jupyter_server_config.py").write_text(base + config)
-    port = free_port()
+    port = port or free_port()
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(conf_dir),

@@ -25,6 +25,19 @@ state = 41
 """
 
 
+#: From inside main1: its own session through the kernel-access URL and owner token.
+_CALL_HOME = """
+import os, urllib.request as u
+auth = {"Authorization": "token " + os.environ["BAI_JUPYTER_TOKEN"]}
+url = os.environ["BAI_JUPYTER_URL"] + "bai/api/v1/sessions/survivor"
+u.urlopen(u.Request(url, headers=auth), timeout=10).status
+"""
+
+
+def _result(reply: dict[str, Any]) -> Any:
+    return [data["data"]["text/plain"] for kind, data in reply["console"] if kind == "result"]
+
+
 async def _proxied(server: Server, session_id: str) -> bytes:
     """The service's index page through the proxy, once it listens."""
     for _ in range(200):
@@ -49,6 +62,7 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         assert running.status is Status.RUNNING, running.status_data
         assert (await client.execute(running.id, _SERVE))["exit_code"] == 0
         assert await _proxied(first, running.id) == b"still here"
+        assert _result(await client.execute(running.id, _CALL_HOME)) == ["200"]
         pending = await client.create({"starts_at": time.time() + 3, "resources": {"mem": "256m"}})
         ids.append(pending.id)
         assert (await client.get(pending.id)).status is Status.PENDING
@@ -56,7 +70,8 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         first.kill()
     killed_at = time.time()
 
-    second = start_server(root, _CONFIG)
+    port = int(first.url.rsplit(":", 1)[1].strip("/"))
+    second = start_server(root, _CONFIG, port=port)  # as an operator restarts it
     client = second.client()
     try:
         survivor = await client.get("survivor")
@@ -68,6 +83,8 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         assert await _proxied(second, survivor.id) == b"still here"
         reply = await client.execute(survivor.id, "state + 1")
         assert reply["console"] == [["result", {"data": {"text/plain": "42"}, "metadata": {}}]]
+        # The URL and token main1 was given still reach the restarted server.
+        assert _result(await client.execute(survivor.id, _CALL_HOME)) == ["200"]
     finally:
         for session_id in ids:
             await client.destroy(session_id)

@@ -111,6 +111,7 @@ class BaiJupyterApp(ExtensionApp):
             self.serverapp.web_app.settings,
             api_routes(),
             {"name": self.name},  # what ExtensionApp gives its own handlers
+            self.serverapp.port,
         )
         self.access = access
         manager.kernel_env_hook = lambda owner, agent_id: access.environ(

@@ -95,8 +95,13 @@ class KernelAccess:
         settings: dict[str, Any],
         routes: Sequence[tuple[str, type[web.RequestHandler]]],
         handler_kwargs: dict[str, Any],
+        port: int,
     ) -> None:
-        """Listen on an ephemeral port of each address with an app of ``routes`` only."""
+        """Listen on each address with an app of ``routes`` only.
+
+        On ``port`` (the server's own) where it is free there, so that the URL kernels
+        were given survives a server restart; else on any free port.
+        """
         base_url = settings.get("base_url", "/")
         app = web.Application(
             [
@@ -112,7 +117,10 @@ class KernelAccess:
             },
         )
         for address in sorted(set(addresses)):
-            sockets = bind_sockets(0, address)
+            try:
+                sockets = bind_sockets(port, address)
+            except OSError:  # taken there (e.g. the server listens on every address)
+                sockets = bind_sockets(0, address)
             server = HTTPServer(app, xheaders=False)
             server.add_sockets(sockets)
             self._servers.append(server)
