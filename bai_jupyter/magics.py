@@ -542,13 +542,13 @@ class BaiMagics(Magics):
             print(f"{env_cluster_text()}\n(no manager: {exc.message})")
             return
         if _widgets_shown(self.shell) and not args.text:
-            from .widgets import Launcher, SessionsView
+            from .widgets import Launcher, SessionsView, live_view
 
             if session_id is not None:
-                display(SessionsView(remote, _LOOP, all_states=True, only=session_id))
+                display(live_view(SessionsView(remote, _LOOP, all_states=True, only=session_id)))
             else:
                 display(Launcher(remote, _LOOP, _LOOP.run(remote.list_templates())))
-                display(SessionsView(remote, _LOOP))
+                display(live_view(SessionsView(remote, _LOOP)))
             return
         if session_id is not None:
             session = _LOOP.run(remote.get_json(session_id))
@@ -566,9 +566,9 @@ class BaiMagics(Magics):
         args = parse_argstring(self._sessions, line)
         remote = find_manager()
         if _widgets_shown(self.shell) and not args.text:
-            from .widgets import SessionsView
+            from .widgets import SessionsView, live_view
 
-            display(SessionsView(remote, _LOOP, all_states=args.all_states))
+            display(live_view(SessionsView(remote, _LOOP, all_states=args.all_states)))
             return
         print(sessions_table(_LOOP.run(_load_rows(remote, args.all_states))))
 

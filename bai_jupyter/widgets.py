@@ -278,7 +278,33 @@ class SessionsView(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
         reason = exc.message if isinstance(exc, BaiError) else str(exc or "the server went away")
         self.status.value = _error_html(f"live updates stopped: {reason}")
 
+    @property
+    def updating(self) -> bool:
+        """Whether the view still follows the server's events."""
+        return not self._feed.done()
+
+    def stop(self, reason: str) -> None:
+        """Stop the live updates (and close their event stream), saying why on the view."""
+        self._feed.cancel()
+        self.status.value = _error_html(f"live updates stopped: {reason}")
+
     def close(self) -> None:
         """Stop the live updates and remove the view."""
         self._feed.cancel()
+        if self in _LIVE:
+            _LIVE.remove(self)
         super().close()
+
+
+#: Live views of this kernel, oldest first; each holds an event stream to the server.
+_LIVE: list[SessionsView] = []
+#: Older views stop updating (a cleared output does not close a widget).
+MAX_LIVE_VIEWS = 3
+
+
+def live_view(view: SessionsView) -> SessionsView:
+    """Register a new view; the oldest beyond :data:`MAX_LIVE_VIEWS` stop updating."""
+    _LIVE.append(view)
+    while len(_LIVE) > MAX_LIVE_VIEWS:
+        _LIVE.pop(0).stop("a newer view took over (run the command again to refresh)")
+    return view

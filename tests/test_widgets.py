@@ -24,7 +24,7 @@ from bai_jupyter.views import (
     queue_positions,
     why_pending,
 )
-from bai_jupyter.widgets import Launcher, SessionsView
+from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionsView, live_view
 
 
 def session_json(sid: str, status: str = "PENDING", **extra: Any) -> dict[str, Any]:
@@ -224,6 +224,21 @@ def test_live_view_follows_a_session_from_creation_to_termination(server: Server
         assert "no sessions" in view.table.value
     finally:
         view.close()
+
+
+def test_older_live_views_stop_updating(server: Server) -> None:
+    """Each view holds an event stream; a cleared output does not close it, so the
+    oldest beyond MAX_LIVE_VIEWS stop and say so."""
+    runner = LoopThread()
+    views = [live_view(SessionsView(server.client(), runner)) for _ in range(MAX_LIVE_VIEWS + 1)]
+    try:
+        assert not views[0].updating
+        assert "a newer view took over" in views[0].status.value
+        assert all(view.updating for view in views[1:])
+    finally:
+        for view in views:
+            view.close()
+    assert not any(view.updating for view in views)
 
 
 @pytest.mark.slow
