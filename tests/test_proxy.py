@@ -9,11 +9,16 @@ from typing import Any
 
 import pytest
 from test_server_harness import Server, start_server
+from tornado import web
 from tornado.httpclient import HTTPRequest
+from tornado.httpserver import HTTPServer
+from tornado.iostream import IOStream
+from tornado.testing import bind_unused_port
 from tornado.websocket import websocket_connect
 
 from bai_jupyter.model import Session, Status
 from bai_jupyter.registry import local_owner
+from bai_jupyter.server import upstream
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
@@ -28,7 +33,8 @@ class Echo(web.RequestHandler):
     def get(self):
         self.set_cookie("service", "yes")
         self.write({"path": self.request.path, "query": self.request.query,
-                    "headers": dict(self.request.headers)})
+                    "headers": dict(self.request.headers),
+                    "peer": list(self.request.connection.stream.socket.getpeername())})
     def post(self):
         self.write({"body": self.request.body.decode(), "method": "POST"})
 
@@ -137,6 +143,14 @@ async def test_http_reaches_the_service_without_jupyters_credentials(
     assert by_query.code == 200 and json.loads(by_query.body)["query"] == ""
 
 
+async def test_requests_share_a_kept_connection_to_the_service(
+    server: Server, service: Session
+) -> None:
+    base = f"bai/sessions/{service.id}/proxy/web"
+    peers = [json.loads((await server.fetch("GET", f"{base}/echo")).body)["peer"] for _ in "ab"]
+    assert peers[0] == peers[1]
+
+
 async def test_http_bodies_both_ways_and_redirects(server: Server, service: Session) -> None:
     base = f"bai/sessions/{service.id}/proxy/web"
     posted = await server.fetch("POST", f"{base}/echo", raw_body=b"hello")
@@ -224,3 +238,72 @@ async def test_an_image_no_agent_has_is_refused_at_once(server: Server) -> None:
     reply = await server.fetch("POST", "bai/api/v1/sessions", request)
     assert reply.code == 400, reply.body
     assert "bai-jupyter/no-such-image:0 is on no agent" in json.loads(reply.body)["message"]
+
+
+# --- the upstream client against a local service (no Docker) ------------------------------------
+
+
+class _Reply(web.RequestHandler):
+    def get(self) -> None:
+        self.write("got")
+
+    def post(self) -> None:
+        self.write("posted")
+
+
+class _Closing(web.RequestHandler):
+    def get(self) -> None:
+        self.set_header("Connection", "close")
+        self.write("bye")
+
+
+class _Service(HTTPServer):
+    """A local HTTP service that records the connections it accepts."""
+
+    streams: list[IOStream]
+
+    def handle_stream(self, stream: IOStream, address: tuple[str, int]) -> None:
+        self.__dict__.setdefault("streams", []).append(stream)
+        super().handle_stream(stream, address)
+
+
+def _local_service() -> tuple[_Service, str]:
+    sock, port = bind_unused_port()
+    service = _Service(web.Application([(r"/", _Reply), (r"/close", _Closing)]))
+    service.add_sockets([sock])
+    return service, f"http://127.0.0.1:{port}/"
+
+
+async def test_upstream_keeps_a_connection_unless_the_method_or_the_service_says_no() -> None:
+    service, url = _local_service()
+    client = upstream.upstream_client()
+    try:
+        for _ in range(3):
+            assert (await client.fetch(url)).body == b"got"
+        assert len(service.streams) == 1
+        posted = await client.fetch(url, method="POST", body=b"x")
+        assert posted.body == b"posted" and len(service.streams) == 2  # never on a kept one
+        # Two kept now; each says "close" and is dropped, so the third GET needs a new one.
+        for path in ("close", "close", ""):
+            await client.fetch(url + path)
+        assert len(service.streams) == 3
+    finally:
+        client.close()
+        service.stop()
+
+
+async def test_upstream_sends_again_when_a_kept_connection_was_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service, url = _local_service()
+    client = upstream.upstream_client()
+    try:
+        await client.fetch(url)
+        # The service drops the idle connection just after the client found it open.
+        service.streams[0].close()
+        monkeypatch.setattr(upstream, "_alive", lambda stream: True)
+        assert (await client.fetch(url)).body == b"got"
+        assert len(service.streams) == 2
+    finally:
+        client.close()
+        service.stop()
