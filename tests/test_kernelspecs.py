@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jupyter_core.paths
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
@@ -14,8 +15,15 @@ from bai_jupyter.cli import main
 
 @pytest.fixture(autouse=True)
 def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Jupyter data dir of the test's own (kernelspecs installed --user land here)."""
+    """A Jupyter data dir of the test's own (kernelspecs installed --user land here).
+
+    The environment's and the system's kernelspecs are hidden too (``./scripts/lab``
+    installs two bai kernelspecs into the venv).
+    """
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("JUPYTER_PATH", raising=False)
+    monkeypatch.setattr(jupyter_core.paths, "ENV_JUPYTER_PATH", [str(tmp_path / "env")])
+    monkeypatch.setattr(jupyter_core.paths, "SYSTEM_JUPYTER_PATH", [str(tmp_path / "system")])
     return tmp_path / "data"
 
 
