@@ -39,10 +39,9 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from .client import RemoteManager
 from .errors import BaiError, InvalidRequest, Unavailable
 from .model import Status
-from .resources import ResourceSlot
 from .runtime.bai_runtime import PREFIX as RUNTIME_PREFIX
 from .templates import SpecError, validate_partial
-from .views import SessionRow, kernels_summary, queue_positions
+from .views import SessionRow, kernels_summary, queue_positions, resources_text
 from .wire import session_to_json
 
 __all__ = [
@@ -284,7 +283,7 @@ def cluster_text(remote: RemoteManager, session: Mapping[str, Any]) -> str:
     kernels = format_table(
         ("HOST", "ROLE", "STATUS", "RESOURCES"),
         [
-            (k["hostname"], k["role"], k["status"], ResourceSlot(k["slots"]).describe())
+            (k["hostname"], k["role"], k["status"], resources_text(k["slots"]))
             for k in session.get("kernels") or []
         ],
     )

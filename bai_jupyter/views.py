@@ -81,6 +81,12 @@ def kernels_summary(kernels: Mapping[str, str]) -> str:
     return " ".join(f"{host}:{state}" for host, state in kernels.items())
 
 
+def resources_text(amounts: Mapping[str, Any] | None) -> str:
+    """Per-kernel slots for people; none asked for means no limits are set on the kernel."""
+    slots = ResourceSlot(amounts or {})
+    return slots.describe() if slots else "no limits"
+
+
 @dataclass
 class SessionRow:
     """One session as the views show it, from the API's session JSON."""
@@ -110,7 +116,7 @@ class SessionRow:
             status=data["status"],
             status_info=data.get("status_info"),
             kernels={k["hostname"]: k["status"] for k in data.get("kernels") or []},
-            resources=ResourceSlot(spec.get("resources") or {}).describe(),
+            resources=resources_text(spec.get("resources")),
             image=spec.get("image"),
             result=str(data.get("result", "UNDEFINED")),
             exit_code=data.get("exit_code"),

@@ -35,7 +35,7 @@ from bai_jupyter.magics import (
     user_output,
 )
 from bai_jupyter.model import Status
-from bai_jupyter.views import SessionRow
+from bai_jupyter.views import SessionRow, resources_text
 
 #: Small enough that three kernels fit on a two-core machine beside other tests.
 SMALL = ["--cpu", "0.25", "--mem", "128m"]
@@ -242,6 +242,8 @@ def test_loop_thread_iterate_cleans_up_and_raises() -> None:
 def test_text_helpers() -> None:
     assert format_table(("A", "BB"), [("xyz", "1"), ("", "22")]) == "A    BB\nxyz  1\n     22"
     assert user_output("bai-runtime: ready\nhello\nbai-runtime: exit\nworld\n") == "hello\nworld\n"
+    assert resources_text({"cpu": "0.5", "mem": "1g"}) == "cpu=0.5 mem=1g"
+    assert resources_text(None) == resources_text({}) == "no limits"  # not "nothing"
     data = {
         "id": "0123456789abcdef",
         "name": None,
