@@ -410,10 +410,26 @@ async def run_on_hosts(
     procs: dict[str, asyncio.subprocess.Process] = {}
 
     async def pipe(host: str, name: str, stream: asyncio.StreamReader) -> None:
-        while line := await stream.readline():
-            inbox.put_nowait((host, name, line.decode(errors="replace").rstrip("\n")))
+        # Chunks, not readline(): that raises on a line over the reader's 64 KiB limit.
+        rest = b""
+        while chunk := await stream.read(65536):
+            *lines, rest = (rest + chunk).split(b"\n")
+            for line in lines:
+                inbox.put_nowait((host, name, line.decode(errors="replace")))
+        if rest:
+            inbox.put_nowait((host, name, rest.decode(errors="replace")))
 
     async def one(host: str) -> None:
+        # The exit is queued whatever happens, or the consumer would wait for it forever.
+        status = 1
+        try:
+            status = await run(host)
+        except Exception as exc:  # shown as that host's error line
+            inbox.put_nowait((host, "stderr", f"{type(exc).__name__}: {exc}"))
+        finally:
+            inbox.put_nowait((host, "exit", status))
+
+    async def run(host: str) -> int:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *exec_argv(host, here, python, str(Path.cwd())),
@@ -424,8 +440,7 @@ async def run_on_hosts(
             )
         except OSError as exc:
             inbox.put_nowait((host, "stderr", str(exc)))
-            inbox.put_nowait((host, "exit", 127))
-            return
+            return 127
         procs[host] = proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -433,7 +448,7 @@ async def run_on_hosts(
             await proc.stdin.drain()
             proc.stdin.close()
         await asyncio.gather(pipe(host, "stdout", proc.stdout), pipe(host, "stderr", proc.stderr))
-        inbox.put_nowait((host, "exit", await proc.wait()))
+        return await proc.wait()
 
     tasks = [asyncio.ensure_future(one(host)) for host in hosts]
     try:

@@ -198,6 +198,20 @@ def test_exec_runs_the_own_part_here_labelled(
     assert cap.stderr == "bai: no kernel sub3 in this session (kernels: main1)\n"
 
 
+def test_exec_shows_a_line_longer_than_the_readers_limit(
+    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 100 KiB line with no newline (over asyncio's 64 KiB line limit) ends and shows."""
+    for key, value in {
+        "BACKENDAI_SESSION_ID": "s1",
+        "BACKENDAI_CLUSTER_HOST": "main1",
+        "BACKENDAI_CLUSTER_HOSTS": "main1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    _, cap = bai(shell, "exec --python", "import sys\nsys.stdout.write('x' * 102400)")
+    assert (cap.stdout, cap.stderr) == ("[main1] " + "x" * 102400 + "\n", "")
+
+
 def test_loop_thread_runs_inside_a_running_event_loop() -> None:
     """What an ipykernel does: the magic is called while the main thread's loop runs."""
     loop = LoopThread()
