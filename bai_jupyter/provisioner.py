@@ -34,7 +34,7 @@ from tornado.web import HTTPError
 from traitlets import Dict, Float, Int, List, Unicode
 from traitlets.config import Config
 
-from .errors import BaiError, NotFound, Timeout, Unavailable
+from .errors import BaiError, Timeout, Unavailable
 from .model import Session, SessionType, Status
 from .registry import current_manager, local_owner
 
@@ -167,17 +167,22 @@ async def _embedded_sessions(config: Config, owner: str) -> OwnedSessions:
         await asyncio.wrap_future(embedded.started)
     except Exception as exc:
         # Dropped, so that the next launch tries again (e.g. once the store is fixed).
-        await asyncio.to_thread(stop_embedded_manager)
+        await asyncio.to_thread(stop_embedded_manager, embedded)
         if isinstance(exc, BaiError):
             raise
         raise Unavailable(f"the embedded bai-jupyter session manager did not start: {exc}") from exc
     return OwnedSessions(embedded.manager, owner, embedded.loop)
 
 
-def stop_embedded_manager() -> None:
-    """Stop this process's embedded manager, if one runs (at exit, or when it failed to start)."""
+def stop_embedded_manager(only: _Embedded | None = None) -> None:
+    """Stop this process's embedded manager, if one runs (at exit, or when it failed to start).
+
+    With ``only``, just that one: a newer manager another launch made meanwhile stays.
+    """
     global _embedded
     with _embedded_lock:
+        if only is not None and _embedded is not only:
+            return  # already dropped, and stopped, by the launch that replaced it
         embedded, _embedded = _embedded, None
     if embedded is not None:
         embedded.stop()
@@ -424,7 +429,7 @@ class BaiProvisioner(KernelProvisionerBase):
         sessions = await self._manager()
         try:
             await sessions.signal(self.session_id, signum)
-        except (Unavailable, NotFound) as exc:  # not running (any more): nothing to signal
+        except BaiError as exc:  # not running (any more), or unreachable: nothing to signal
             self.log.warning("bai kernel %s: signal %d not sent: %s", self.kernel_id, signum, exc)
 
     async def kill(self, restart: bool = False) -> None:
@@ -463,10 +468,15 @@ class BaiProvisioner(KernelProvisionerBase):
     async def _destroy(self) -> None:
         if self.session_id is None:
             return
-        sessions = await self._manager()
-        session = await sessions.get(self.session_id)
-        if not session.status.is_terminal:
-            await sessions.destroy(self.session_id, reason="user-requested")
+        try:
+            sessions = await self._manager()
+            session = await sessions.get(self.session_id)
+            if not session.status.is_terminal:
+                await sessions.destroy(self.session_id, reason="user-requested")
+        except BaiError as exc:  # e.g. the remote server is down: say so, never a 500
+            self.log.warning(
+                "bai kernel %s: session %s not destroyed: %s", self.kernel_id, self.session_id, exc
+            )
 
     # --- persistence ------------------------------------------------------------------------
 

@@ -96,3 +96,27 @@ async def test_jupyter_execute_uses_the_server_at_bai_jupyter_url(
     sessions = await server.client().list()
     assert [s.status for s in sessions] == [Status.TERMINATED]
     assert not (data / "bai_jupyter").exists()  # no embedded manager, no store of its own
+
+
+async def test_a_kernel_whose_session_ended_restarts_and_shuts_down_quietly(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over BAI_JUPYTER_URL the server answers 409 to signals for an ended session: Jupyter's
+    restart and shutdown of such a kernel must not fail on it (nor 500 its REST call)."""
+    from jupyter_client.kernelspec import KernelSpec
+
+    from bai_jupyter.provisioner import BaiProvisioner
+
+    monkeypatch.setenv("BAI_JUPYTER_URL", server.url)
+    monkeypatch.setenv("BAI_JUPYTER_TOKEN", server.token)
+    remote = server.client()
+    session = await remote.create({"resources": {"cpu": "0.5", "mem": "512m"}})
+    await remote.destroy(session.id)  # ended before Jupyter restarts its kernel
+    spec = KernelSpec(**kernelspecs.kernelspec_json("bai-py", {}))
+    provisioner = BaiProvisioner(kernel_id="k-ended", kernel_spec=spec)
+    info = {"kernel_id": "k-ended", "connection_info": {}, "bai_session_id": session.id}
+    await provisioner.load_provisioner_info(info)  # as a restarted server reconnects
+    await provisioner.send_signal(1)  # SIGHUP: refused with 409 Conflict, logged
+    await provisioner.cleanup(restart=True)
+    await provisioner.cleanup(restart=False)
+    assert (await remote.get(session.id)).status.is_terminal
