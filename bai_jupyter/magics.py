@@ -2,7 +2,8 @@
 
 The magics talk to the session manager of a Jupyter server over its REST API
 (:class:`~bai_jupyter.client.RemoteManager`): ``BAI_JUPYTER_URL`` and
-``BAI_JUPYTER_TOKEN`` when set (the provisioner sets them in ``main1``), else
+``BAI_JUPYTER_TOKEN`` when set (the server extension gives every kernel it starts
+them), else
 the Jupyter server this kernel was started by, from its runtime file. Inside a
 bai kernel they know their own session from ``BACKENDAI_SESSION_ID``.
 

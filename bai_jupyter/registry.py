@@ -1,8 +1,8 @@
 """The session manager of this process, for in-process front ends.
 
-The server extension registers the manager it owns; the kernel provisioner and
-the magics look here first so that, inside a Jupyter server, they call the
-manager directly instead of going over HTTP.
+The server extension registers the manager it owns; the kernel provisioner
+looks here first so that, inside a Jupyter server, it calls the manager
+directly instead of going over HTTP.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ _KEY = "([^/]+)"
 
 
 class OpenAPIHandler(BaiHandler):
-    """The OpenAPI 3 description of this API (kept true by tests/test_api_openapi.py)."""
+    """The OpenAPI 3 description of this API (kept true by tests/test_api.py)."""
 
     @web.authenticated
     @authorized
