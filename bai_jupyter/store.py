@@ -600,11 +600,7 @@ class Store:
                 sa.select(meta_table.c.value).where(meta_table.c.key == "token_secret")
             ).first()
             #: Signs the owner-scoped tokens kernels get (shared by every server on the store).
-            self.token_secret: str = row.value if row else secrets.token_hex(32)
-            if row is None:  # stores made before it existed get one on first open
-                conn.execute(
-                    sa.insert(meta_table), [{"key": "token_secret", "value": self.token_secret}]
-                )
+            self.token_secret: str = row.value if row else self._add_token_secret(conn)
 
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in _NO_FILE:
             # WAL: readers and the writer stop blocking each other. Set only once the
@@ -614,6 +610,20 @@ class Store:
                 raw.driver_connection.execute("PRAGMA journal_mode=WAL")  # type: ignore[union-attr]
             finally:
                 raw.close()
+
+    @staticmethod
+    def _add_token_secret(conn: Connection) -> str:
+        """A secret for a store made before it existed; another process may add it first."""
+        secret = secrets.token_hex(32)
+        try:
+            with conn.begin_nested():
+                conn.execute(sa.insert(meta_table), [{"key": "token_secret", "value": secret}])
+        except sa.exc.IntegrityError:
+            row = conn.execute(
+                sa.select(meta_table.c.value).where(meta_table.c.key == "token_secret")
+            ).one()
+            return str(row.value)
+        return secret
 
     def _where(self) -> str:
         return f"the store at {self.engine.url.render_as_string(hide_password=True)}"

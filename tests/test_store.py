@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from bai_jupyter.model import (
     Agent,
@@ -513,3 +514,16 @@ def test_templates_shared_and_per_owner(store: Store) -> None:
     with store.read() as tx:
         assert tx.get_template("gpu", owner="alice") is None
         assert tx.list_templates() == [only_bob]
+
+
+def test_a_token_secret_added_meanwhile_is_the_one_kept(tmp_path: Path) -> None:
+    """Two servers opening an older store at once: the second insert loses and reads back."""
+    path = db_path(tmp_path)
+    store = Store(url_of(path))
+    store.close()
+    engine = sa.create_engine(url_of(path))
+    try:
+        with engine.begin() as conn:  # the row exists already, as if another process won
+            assert Store._add_token_secret(conn) == store.token_secret
+    finally:
+        engine.dispose()
