@@ -52,6 +52,7 @@ from .model import (
     SessionType,
     Status,
 )
+from .queues import put_dropping_oldest
 from .resources import ResourceError, ResourceSlot
 from .scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from .scheduler.queue import NeverFits, UnknownDependency, enqueue, run_pass
@@ -316,10 +317,7 @@ class SessionManager(LoggingConfigurable):
             **extra,
         }
         for queue in list(self._subscribers):
-            if queue.full():
-                with contextlib.suppress(asyncio.QueueEmpty):
-                    queue.get_nowait()  # a slow reader loses the oldest, never blocks us
-            queue.put_nowait(event)
+            put_dropping_oldest(queue, event)
 
     @contextlib.contextmanager
     def _subscription(self) -> Iterator[asyncio.Queue[dict[str, Any]]]:

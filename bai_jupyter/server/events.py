@@ -15,6 +15,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from ..queues import put_dropping_oldest
 from .base import BaiHandler
 
 __all__ = ["EventsHandler", "end_stream"]
@@ -22,10 +23,7 @@ __all__ = ["EventsHandler", "end_stream"]
 
 def end_stream(queue: asyncio.Queue[Any]) -> None:
     """Make the stream reading ``queue`` end (it may be full: drop the oldest then)."""
-    if queue.full():
-        with contextlib.suppress(asyncio.QueueEmpty):
-            queue.get_nowait()
-    queue.put_nowait(None)
+    put_dropping_oldest(queue, None)
 
 
 class EventsHandler(BaiHandler):
@@ -40,10 +38,7 @@ class EventsHandler(BaiHandler):
 
     async def _pump(self) -> None:
         async for event in self.manager.events():
-            if self._queue.full():
-                with contextlib.suppress(asyncio.QueueEmpty):
-                    self._queue.get_nowait()  # a slow reader loses the oldest
-            self._queue.put_nowait(event)
+            put_dropping_oldest(self._queue, event)  # a slow reader loses the oldest
 
     @web.authenticated
     @authorized
