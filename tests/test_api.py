@@ -26,6 +26,7 @@ FUTURE = time.time() + 86400 * 365
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     config = MULTI_USER + (
         'c.SessionManager.backend = "local"\nc.BaiJupyterApp.execute_chunk_timeout = 1.0\n'
+        "c.BaiJupyterApp.execute_run_ttl = 3.0\n"
     )
     srv = start_server(tmp_path_factory.mktemp("api"), config)
     yield srv
@@ -425,6 +426,24 @@ async def test_execute_run_ids_conflict_and_unknown(server: Server, running: str
         await client.execute(running, "x", mode="input", run_id="busy")
     while reply["status"] == "continued":
         reply = await client.execute(running, mode="continue", run_id="busy")
+
+
+async def test_runs_nobody_continues_are_dropped(server: Server, running: str) -> None:
+    """An abandoned run (the client went away) does not keep its output forever."""
+    import signal
+
+    from bai_jupyter.errors import NotFound
+
+    client = server.client("alice-token")
+    reply = await client.execute(running, "import time; time.sleep(30)", run_id="left")
+    assert reply["status"] == "continued"
+    await asyncio.sleep(3.5)  # past execute_run_ttl = 3 s
+    other = await client.execute(running, "1", run_id="other")  # any call drops old runs
+    with pytest.raises(NotFound, match="no run 'left'"):
+        await client.execute(running, mode="continue", run_id="left")
+    await client.signal(running, signal.SIGINT)  # free the kernel for the next tests
+    while other["status"] == "continued":
+        other = await client.execute(running, mode="continue", run_id="other")
 
 
 async def test_interrupt_and_restart(server: Server, running: str) -> None:

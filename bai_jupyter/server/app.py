@@ -49,6 +49,12 @@ class BaiJupyterApp(ExtensionApp):
         help="Seconds one call of the execute API waits for its run to finish before it "
         "returns what came so far with status 'continued'.",
     )
+    execute_run_ttl = Float(
+        600.0,
+        config=True,
+        help="Seconds a run of the execute API may go without being continued before it is "
+        "dropped with its output (a client that went away must not make it pile up).",
+    )
     kernel_connect_timeout = Float(
         30.0,
         config=True,
@@ -76,7 +82,9 @@ class BaiJupyterApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         self.manager = SessionManager(parent=self, log=self.log)
-        self.runs = KernelRuns(self.execute_chunk_timeout, self.kernel_connect_timeout, self.log)
+        self.runs = KernelRuns(
+            self.execute_chunk_timeout, self.kernel_connect_timeout, self.execute_run_ttl, self.log
+        )
         self.running = RunningSessions()
         self.streams: set[asyncio.Queue[Any]] = set()
         self._upstream: SimpleAsyncHTTPClient | None = None

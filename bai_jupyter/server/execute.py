@@ -59,6 +59,8 @@ class _Run:
     idle: bool = False
     prompt: dict[str, Any] | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: When a caller last asked for it (loop time): runs nobody asks for are dropped.
+    touched: float = 0.0
 
     @property
     def finished(self) -> bool:
@@ -147,7 +149,7 @@ class _Connection:
             )
         else:
             msg_id = self.client.execute(code, allow_stdin=True)
-        run = _Run(run_id, msg_id, batch)
+        run = _Run(run_id, msg_id, batch, touched=asyncio.get_running_loop().time())
         self.runs[run_id] = run
         self.by_msg[msg_id] = run
         return run
@@ -155,6 +157,11 @@ class _Connection:
     def forget(self, run: _Run) -> None:
         self.runs.pop(run.run_id, None)
         self.by_msg.pop(run.msg_id, None)
+
+    def drop_abandoned(self, before: float) -> None:
+        """Forget runs not asked for since ``before``: their output would pile up forever."""
+        for run in [r for r in self.runs.values() if r.touched < before]:
+            self.forget(run)
 
     def close(self) -> None:
         for task in self.readers:
@@ -165,9 +172,12 @@ class _Connection:
 class KernelRuns:
     """Execution runs of every session, kept by the extension."""
 
-    def __init__(self, chunk_timeout: float, connect_timeout: float, log: logging.Logger) -> None:
+    def __init__(
+        self, chunk_timeout: float, connect_timeout: float, run_ttl: float, log: logging.Logger
+    ) -> None:
         self.chunk_timeout = chunk_timeout
         self.connect_timeout = connect_timeout
+        self.run_ttl = run_ttl
         self.log = log
         self._connections: dict[str, _Connection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -194,6 +204,7 @@ class KernelRuns:
         """One call of the execute API (see the module docs)."""
         require_running(session)
         conn = await self._connection(session)
+        conn.drop_abandoned(asyncio.get_running_loop().time() - self.run_ttl)
         if mode in ("query", "batch"):
             run_id = run_id or secrets.token_hex(8)
             if run_id in conn.runs:
@@ -221,6 +232,7 @@ class KernelRuns:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(run.changed.wait(), left)
         console, run.console = run.console, []
+        run.touched = loop.time()
         reply: dict[str, Any] = {"run_id": run.run_id, "console": console, "exit_code": None}
         if run.finished:
             conn.forget(run)
