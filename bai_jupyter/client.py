@@ -96,7 +96,6 @@ class RemoteManager:
         path: str,
         body: Any = None,
         query: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
     ) -> Any:
         """One request; the decoded JSON reply (``None`` for 204), or the API's error raised."""
         headers = self._headers()
@@ -109,7 +108,7 @@ class RemoteManager:
             method=method,
             headers=headers,
             body=data,
-            request_timeout=timeout or self.request_timeout,
+            request_timeout=self.request_timeout,
             allow_nonstandard_methods=True,
         )
         try:
@@ -168,10 +167,15 @@ class RemoteManager:
     async def wait_for(
         self, key: str, statuses: Iterable[Status], timeout: float | None = None
     ) -> Session:
-        """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise."""
+        """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise.
+
+        Events only say when to look again: once the stream ends or fails (server
+        stopping, a proxy's idle timeout, refused) the session is polled every second.
+        """
         wanted = {Status(s) for s in statuses}
         deadline = None if timeout is None else time.monotonic() + timeout
         stream = _EventStream(self)
+        polling = False
         try:
             while True:
                 session = await self.get(key)
@@ -182,11 +186,17 @@ class RemoteManager:
                     raise errors.Timeout(
                         f"session {session.id} is still {session.status.value} after {timeout:g} s"
                     )
+                if polling:
+                    await asyncio.sleep(min(left or 1.0, 1.0))
+                    continue
                 # Re-read on any event (cheap), and at least every 2 s.
-                pause = min(left or 2.0, 2.0)
                 with contextlib.suppress(asyncio.TimeoutError):
-                    if await asyncio.wait_for(stream.next(), pause) is None:
-                        await asyncio.sleep(pause)  # the stream ended: poll
+                    try:
+                        polling = (
+                            await asyncio.wait_for(stream.next(), min(left or 2.0, 2.0)) is None
+                        )
+                    except errors.BaiError:
+                        polling = True
         finally:
             await stream.close()
 
@@ -225,7 +235,10 @@ class RemoteManager:
         return reply
 
     async def events(self) -> AsyncGenerator[dict[str, Any], None]:
-        """Status changes of the caller's sessions as they happen (Server-Sent Events)."""
+        """Status changes of the caller's sessions as they happen (Server-Sent Events).
+
+        A cut stream, or a frame that is not JSON, raises Unavailable.
+        """
         stream = _EventStream(self)
         try:
             while (event := await stream.next()) is not None:
@@ -291,7 +304,11 @@ class _EventStream:
         self._task = asyncio.ensure_future(self._pump(remote))
 
     def _feed(self, buffer: bytes) -> bytes:
-        """Queue every complete frame of ``buffer``; return the incomplete rest."""
+        """Queue every complete frame of ``buffer``; return the incomplete rest.
+
+        A frame that is not JSON raises ValueError: the stream then fails with
+        Unavailable rather than skip an event its consumer may be waiting for.
+        """
         buffer = buffer.replace(b"\r\n", b"\n")
         while b"\n\n" in buffer:
             frame, buffer = buffer.split(b"\n\n", 1)
@@ -344,6 +361,10 @@ class _EventStream:
             )
         except (OSError, asyncio.TimeoutError, HTTPInputError) as exc:
             self._queue.put_nowait(remote._unreachable(exc))
+        except ValueError as exc:  # a frame that is not JSON: end with an error, not silently
+            self._queue.put_nowait(
+                errors.Unavailable(f"the event stream of {remote.url} sent a bad frame: {exc}")
+            )
 
     async def next(self) -> dict[str, Any] | None:
         """The next event; ``None`` once the stream has ended; its failure raised."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 from test_server_harness import Server, free_port, start_server
@@ -79,6 +81,48 @@ async def test_templates_agents_and_scheduler(server: Server) -> None:
         await client.get_template("tiny")
     (agent,) = await client.agents()
     assert agent["backend"] == "local"
+
+
+class _NoEvents(RemoteManager):
+    """A client whose event stream is refused (404), as by a proxy or a stopping server."""
+
+    def _endpoint(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+        return super()._endpoint("no-events" if path == "events" else path, query)
+
+
+async def test_wait_for_polls_when_the_event_stream_is_refused(server: Server) -> None:
+    client = _NoEvents(server.url, server.token)
+    session = await client.create({"name": "polled", "resources": {"cpu": "0.5", "mem": "128m"}})
+    events = client.events()
+    with pytest.raises(errors.NotFound):
+        await anext(events)
+    await events.aclose()
+    running = await client.wait_for(session.id, {Status.RUNNING}, timeout=90)
+    assert running.status is Status.RUNNING
+    await client.destroy(session.id)
+
+
+async def test_a_frame_that_is_not_json_ends_the_events_with_unavailable() -> None:
+    held: list[asyncio.StreamWriter] = []  # kept open: only the bad frame may end it
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\ndata: {not json\n\n")
+        await writer.drain()
+
+    listener = await asyncio.start_server(reply, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    events = RemoteManager(f"http://127.0.0.1:{port}/", "t").events()
+    try:
+        with pytest.raises(errors.Unavailable, match="bad frame"):
+            await anext(events)
+    finally:
+        await events.aclose()
+        for writer in held:
+            writer.close()
+        listener.close()
+        await listener.wait_closed()
 
 
 async def test_an_unreachable_server_says_what_to_set() -> None:
