@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from test_server_harness import Server, start_server
@@ -13,6 +14,7 @@ from tornado import web
 from tornado.httpclient import HTTPRequest
 from tornado.httpserver import HTTPServer
 from tornado.iostream import IOStream
+from tornado.tcpclient import TCPClient
 from tornado.testing import bind_unused_port
 from tornado.websocket import websocket_connect
 
@@ -28,6 +30,7 @@ import asyncio, json
 from tornado import web, websocket
 
 released = asyncio.Event()
+streams = 0
 
 class Echo(web.RequestHandler):
     def get(self):
@@ -54,6 +57,24 @@ class Release(web.RequestHandler):
     def get(self):
         released.set()
 
+class Forever(web.RequestHandler):
+    async def get(self):
+        global streams
+        streams += 1
+        try:
+            while True:
+                self.write("tick;")
+                await self.flush()
+                await asyncio.sleep(0.1)
+        except Exception:
+            pass  # the proxy closed the connection
+        finally:
+            streams -= 1
+
+class Streams(web.RequestHandler):
+    def get(self):
+        self.write(str(streams))
+
 class Away(web.RequestHandler):
     def get(self):
         self.redirect("/echo")
@@ -64,7 +85,8 @@ class WS(websocket.WebSocketHandler):
 
 async def main():
     web.Application([(r"/echo", Echo), (r"/bytes/(\d+)", Bytes), (r"/stream", Stream),
-                     (r"/release", Release), (r"/away", Away)]).listen(8080)
+                     (r"/release", Release), (r"/away", Away), (r"/forever", Forever),
+                     (r"/streams", Streams)]).listen(8080)
     web.Application([(r"/ws", WS)]).listen(8081)
     await asyncio.Event().wait()
 
@@ -187,6 +209,27 @@ async def test_http_bodies_stream(server: Server, service: Session) -> None:
     assert released.code == 200
     await whole
     assert b"".join(chunks) == b"first;second"
+
+
+async def test_a_stream_to_the_service_ends_when_the_caller_leaves(
+    server: Server, service: Session
+) -> None:
+    """The service's endless stream is closed once our client has gone away."""
+    base = f"bai/sessions/{service.id}/proxy/web"
+    url = urlsplit(server.url)
+    stream = await TCPClient().connect(url.hostname or "127.0.0.1", url.port or 80)
+    head = f"GET {url.path}{base}/forever HTTP/1.1\r\nHost: {url.netloc}\r\n"
+    await stream.write(f"{head}Authorization: token {server.token}\r\n\r\n".encode())
+    assert b"tick;" in await stream.read_until(b"tick;")
+    assert (await server.fetch("GET", f"{base}/streams")).body == b"1"
+    stream.close()
+    for _ in range(300):  # until the proxy's next chunk from the service finds us gone
+        if (await server.fetch("GET", f"{base}/streams")).body == b"0":
+            break
+        await asyncio.sleep(0.1)
+    assert (await server.fetch("GET", f"{base}/streams")).body == b"0"
+    log = server.log.read_text()
+    assert "_ClientGone" not in log and "Cannot send error response" not in log
 
 
 async def test_websocket_echo(server: Server, service: Session) -> None:

@@ -41,6 +41,13 @@ _READ_CHUNK = 65536
 _FLUSH_AT = 1 << 19
 
 
+class _ClientGone(httputil.HTTPInputError):
+    """Raised in the streaming callback to abort the fetch and close its connection.
+
+    An HTTPInputError because tornado logs any other callback error as a traceback.
+    """
+
+
 class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     """Proxies to the service's port on main1, once the caller is allowed."""
 
@@ -49,6 +56,12 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     def initialize(self, app: Any) -> None:
         self.bai = app
         self.target: tuple[str, int] | None = None
+        self.client_gone = False
+
+    def on_connection_close(self) -> None:
+        """The caller left: stop the upstream fetch at its next chunk (streams, downloads)."""
+        self.client_gone = True
+        super().on_connection_close()
 
     # --- who may go where ---------------------------------------------------------------------
 
@@ -243,6 +256,8 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
 
         def on_chunk(chunk: bytes) -> None:
             nonlocal pending
+            if self.client_gone:
+                raise _ClientGone("the caller closed the connection")
             send_head()
             self.write(chunk)
             pending += len(chunk)
@@ -264,7 +279,11 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         try:
             response = await self.bai.upstream().fetch(request, raise_error=False)
         except httpclient.HTTPError as exc:
+            if self.client_gone:
+                return  # nobody to answer: the upstream connection is closed already
             raise HTTPError(502, f"the service did not answer: {exc}") from exc
+        if self.client_gone:
+            return
         if response.error is not None and not isinstance(response.error, httpclient.HTTPError):
             if started:
                 return  # the head is out: all we can do is end the body early
