@@ -29,13 +29,13 @@ from .model import (
     Agent,
     HistoryEntry,
     Kernel,
-    KernelRole,
     Session,
     SessionResult,
     Status,
 )
 from .resources import ResourceSlot
 from .templates import Template, parse_spec, spec_to_json
+from .wire import kernel_from_json, kernel_to_json
 
 #: Bump with every change of the tables below (and teach :meth:`Store._migrate` the step).
 SCHEMA_VERSION = 1
@@ -199,36 +199,12 @@ def _agent_from_row(row: sa.Row[Any]) -> Agent:
     )
 
 
-def _kernel_from_row(row: sa.Row[Any]) -> Kernel:
-    return Kernel(
-        id=row.id,
-        session_id=row.session_id,
-        role=KernelRole(row.role),
-        cluster_idx=row.cluster_idx,
-        hostname=row.hostname,
-        slots=_slots(row.slots),
-        status=Status(row.status),
-        status_info=row.status_info,
-        agent_id=row.agent_id,
-        container_id=row.container_id,
-        info=row.info or {},
-    )
+#: A kernel's columns but its kept logs (up to a MiB each): read only by ``get_logs``.
+_KERNEL_COLUMNS = [c for c in kernels_table.c if c.name != "logs"]
 
 
 def _kernel_values(kernel: Kernel) -> dict[str, Any]:
-    return {
-        "id": kernel.id,
-        "session_id": kernel.session_id,
-        "role": kernel.role.value,
-        "cluster_idx": kernel.cluster_idx,
-        "hostname": kernel.hostname,
-        "slots": kernel.slots.to_json(),
-        "status": kernel.status.value,
-        "status_info": kernel.status_info,
-        "agent_id": kernel.agent_id,
-        "container_id": kernel.container_id,
-        "info": kernel.info,
-    }
+    return {**kernel_to_json(kernel), "session_id": kernel.session_id}
 
 
 def _session_values(session: Session) -> dict[str, Any]:
@@ -264,13 +240,13 @@ class Transaction:
         hist: dict[str, list[HistoryEntry]] = defaultdict(list)
         for chunk in _chunks(ids):
             for krow in self.conn.execute(
-                sa.select(kernels_table)
+                sa.select(*_KERNEL_COLUMNS)
                 .where(kernels_table.c.session_id.in_(chunk))
                 .order_by(
                     kernels_table.c.session_id, kernels_table.c.role, kernels_table.c.cluster_idx
                 )
             ):
-                kernels[krow.session_id].append(_kernel_from_row(krow))
+                kernels[krow.session_id].append(kernel_from_json(krow.session_id, krow._asdict()))
             if history:
                 for hrow in self.conn.execute(
                     sa.select(history_table)

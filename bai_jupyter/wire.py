@@ -7,16 +7,18 @@ front ends agree on one shape; :func:`session_from_json` reads back exactly what
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .model import HistoryEntry, Kernel, KernelRole, Session, SessionResult, Status
 from .resources import ResourceSlot
 from .templates import parse_spec, spec_to_json
 
-__all__ = ["kernel_to_json", "session_from_json", "session_to_json"]
+__all__ = ["kernel_from_json", "kernel_to_json", "session_from_json", "session_to_json"]
 
 
 def kernel_to_json(kernel: Kernel) -> dict[str, Any]:
+    """Every fact of ``kernel`` but its session id (the store's row adds that)."""
     return {
         "id": kernel.id,
         "hostname": kernel.hostname,
@@ -50,7 +52,8 @@ def session_to_json(session: Session) -> dict[str, Any]:
     }
 
 
-def _kernel_from_json(session_id: str, data: dict[str, Any]) -> Kernel:
+def kernel_from_json(session_id: str, data: Mapping[str, Any]) -> Kernel:
+    """A :class:`Kernel` from :func:`kernel_to_json`'s output (or a store row of it)."""
     return Kernel(
         id=data["id"],
         session_id=session_id,
@@ -82,6 +85,6 @@ def session_from_json(data: dict[str, Any]) -> Session:
         ],
         result=SessionResult(data.get("result", SessionResult.UNDEFINED.value)),
         exit_code=data.get("exit_code"),
-        kernels=[_kernel_from_json(data["id"], k) for k in data.get("kernels") or []],
+        kernels=[kernel_from_json(data["id"], k) for k in data.get("kernels") or []],
         meta=dict(data.get("meta") or {}),
     )
