@@ -179,16 +179,17 @@ def test_exec_outside_a_session_says_it_needs_one(
     assert cap.stderr.startswith("bai: %%bai exec needs a cluster session")
 
 
-def test_exec_runs_the_own_part_here_labelled(
-    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def in_one_kernel_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment of main1 in a session of one kernel (no SSH: the cell runs here)."""
+    monkeypatch.setenv("BACKENDAI_SESSION_ID", "s1")
+    monkeypatch.setenv("BACKENDAI_CLUSTER_HOST", "main1")
+    monkeypatch.setenv("BACKENDAI_CLUSTER_HOSTS", "main1")
+
+
+@pytest.mark.usefixtures("in_one_kernel_session")
+def test_exec_runs_the_own_part_here_labelled(shell: InteractiveShell) -> None:
     """A session of one kernel: no SSH, the cell runs here, failures are shown per host."""
-    for key, value in {
-        "BACKENDAI_SESSION_ID": "s1",
-        "BACKENDAI_CLUSTER_HOST": "main1",
-        "BACKENDAI_CLUSTER_HOSTS": "main1",
-    }.items():
-        monkeypatch.setenv(key, value)
     _, cap = bai(shell, "exec", "echo out; echo err >&2; exit 4")
     assert cap.stdout == "[main1] out\n"
     assert cap.stderr == "[main1] err\n[main1] exit code 4\n"
@@ -198,16 +199,9 @@ def test_exec_runs_the_own_part_here_labelled(
     assert cap.stderr == "bai: no kernel sub3 in this session (kernels: main1)\n"
 
 
-def test_exec_shows_a_line_longer_than_the_readers_limit(
-    shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("in_one_kernel_session")
+def test_exec_shows_a_line_longer_than_the_readers_limit(shell: InteractiveShell) -> None:
     """A 100 KiB line with no newline (over asyncio's 64 KiB line limit) ends and shows."""
-    for key, value in {
-        "BACKENDAI_SESSION_ID": "s1",
-        "BACKENDAI_CLUSTER_HOST": "main1",
-        "BACKENDAI_CLUSTER_HOSTS": "main1",
-    }.items():
-        monkeypatch.setenv(key, value)
     _, cap = bai(shell, "exec --python", "import sys\nsys.stdout.write('x' * 102400)")
     assert (cap.stdout, cap.stderr) == ("[main1] " + "x" * 102400 + "\n", "")
 

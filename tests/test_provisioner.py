@@ -280,6 +280,33 @@ async def test_launch_timeout_fails_clearly_and_leaves_no_session(
     assert _containers(docker_engine, f"{LABEL_SESSION}={sessions[0].id}") == []
 
 
+def run_notebook(
+    folder: Path, source: str, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``jupyter execute`` of a one-cell notebook on ``bai-py``: the run and the cell's output."""
+    notebook = folder / "hello.ipynb"
+    cell: dict[str, Any] = {
+        "cell_type": "code",
+        "execution_count": None,
+        "metadata": {},
+        "outputs": [],
+        "source": source,
+    }
+    book = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notebook.write_text(json.dumps(book))
+    execute = Path(sys.executable).parent / "jupyter-execute"
+    done = subprocess.run(
+        [str(execute), "--inplace", "--kernel_name=bai-py", str(notebook)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    outputs = json.loads(notebook.read_text())["cells"][0]["outputs"]
+    return done, "".join(outputs[0]["text"])
+
+
 def test_jupyter_execute_runs_a_notebook_without_a_server(
     tmp_path: Path, kernel_image: str, docker_engine: Any
 ) -> None:
@@ -292,28 +319,8 @@ def test_jupyter_execute_runs_a_notebook_without_a_server(
     }
     install = [sys.executable, "-m", "bai_jupyter.cli", "kernelspec", "install", "bai-py"]
     subprocess.run([*install, "--cpu", "0.5", "--mem", "512m"], env=env, check=True)
-    notebook = tmp_path / "hello.ipynb"
-    cell: dict[str, Any] = {
-        "cell_type": "code",
-        "execution_count": None,
-        "metadata": {},
-        "outputs": [],
-        "source": "import socket; print(socket.gethostname())",
-    }
-    notebook.write_text(
-        json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
-    )
-    execute = Path(sys.executable).parent / "jupyter-execute"
-    done = subprocess.run(
-        [str(execute), "--inplace", "--kernel_name=bai-py", str(notebook)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode == 0, done.stderr
-    outputs = json.loads(notebook.read_text())["cells"][0]["outputs"]
-    assert "".join(outputs[0]["text"]) == "main1\n"
+    _, printed = run_notebook(tmp_path, "import socket; print(socket.gethostname())", env)
+    assert printed == "main1\n"
     store = Store(f"sqlite:///{data}/bai_jupyter/store.sqlite")
     try:
         with store.read() as tx:

@@ -11,13 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from test_provisioner import run_notebook
 from test_server_harness import Server, start_server
 
 from bai_jupyter import kernelspecs
@@ -70,28 +68,9 @@ async def test_jupyter_execute_uses_the_server_at_bai_jupyter_url(
         "BAI_JUPYTER_URL": server.url,
         "BAI_JUPYTER_TOKEN": server.token,
     }
-    notebook = tmp_path / "hello.ipynb"
-    cell: dict[str, Any] = {
-        "cell_type": "code",
-        "execution_count": None,
-        "metadata": {},
-        "outputs": [],
-        "source": "import os; print(os.environ['BACKENDAI_CLUSTER_HOST'])",
-    }
-    notebook.write_text(
-        json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
-    )
-    execute = Path(sys.executable).parent / "jupyter-execute"
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [str(execute), "--inplace", "--kernel_name=bai-py", str(notebook)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "".join(json.loads(notebook.read_text())["cells"][0]["outputs"][0]["text"]) == "main1\n"
+    source = "import os; print(os.environ['BACKENDAI_CLUSTER_HOST'])"
+    done, printed = await asyncio.to_thread(run_notebook, tmp_path, source, env)
+    assert printed == "main1\n"
     assert "sessions come from the bai-jupyter server at" in done.stderr
     sessions = await server.client().list()
     assert [s.status for s in sessions] == [Status.TERMINATED]
