@@ -361,13 +361,19 @@ class SessionManager(LoggingConfigurable):
                 f"resource_group: no group {spec.resource_group!r} "
                 f"(groups: {', '.join(sorted(self._groups))})"
             )
+        try:
+            # Every kernel holds real slots: the group's defaults fill what is left out.
+            spec.resources = self._groups[spec.resource_group][0].kernel_resources(spec.resources)
+        except ResourceError as exc:
+            raise InvalidRequest(str(exc)) from exc
         await self._check_image(spec.image, spec.resource_group)
         for entry in spec.mounts:
             try:
                 parse_mount(entry, owner, self._folders_root())
             except ValueError as exc:
                 raise InvalidRequest(f"mounts: {exc}") from exc
-        spec.depends_on = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
+        resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
+        spec.depends_on = builtins.list(dict.fromkeys(resolved))  # a name and its id: once
         session = Session.create(spec, owner, time.time())
         session.meta = dict(meta or {})
         try:

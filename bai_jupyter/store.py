@@ -260,7 +260,7 @@ class Transaction:
             Session(
                 id=row.id,
                 owner=row.owner,
-                spec=parse_spec(row.spec),
+                spec=parse_spec(row.spec, bounded=False),
                 created_at=row.created_at,
                 status=Status(row.status),
                 status_info=row.status_info,

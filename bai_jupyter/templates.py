@@ -27,12 +27,15 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from .cluster import SSH_PORT
 from .model import ClusterMode, SessionSpec, SessionType
-from .resources import ResourceError, ResourceSlot, parse_amount
+from .resources import KNOWN_SLOTS, ResourceError, ResourceSlot, SlotKind, parse_amount
 
 __all__ = [
     "FIELDS",
+    "IMAGE_RE",
     "NAME_RE",
+    "RESERVED_PORTS",
     "SpecError",
     "SpecField",
     "Template",
@@ -51,6 +54,33 @@ _SERVICE_NAME_RE = re.compile(r"[a-z][a-z0-9-]*")
 SERVICE_PROTOCOLS = ("http", "tcp", "preopen")
 MAX_CLUSTER_SIZE = 64
 MAX_PRIORITY = 100
+
+# Bounds a new request must keep (``bounded`` parsing). Records stored before a bound
+# existed still load: the store and the API's client parse with ``bounded=False``.
+#: 9999-12-31T23:59:59Z: the last second ``datetime`` can show.
+MAX_TIMESTAMP = 253402300799
+MAX_BATCH_TIMEOUT = 366 * 86400
+MAX_COUNT = 2**20  # cpus, devices
+MAX_BYTES = 2**60  # memory
+MAX_DECIMALS = 3  # cpu 0.001 at the finest (Docker's NanoCpus would truncate finer ones)
+MAX_DEPENDS_ON = 64
+MAX_ENV = 256
+MAX_ENV_BYTES = 64 * 1024  # all names and values together
+MAX_COMMAND = 64 * 1024
+MAX_MOUNTS = 64
+MAX_SERVICE_PORTS = 32
+MAX_TEXT = 4096  # image, resource group, a mount entry, a template description
+#: Ports of main1 our runtime uses itself: sshd, and the Jupyter kernel's five channels
+#: (``agents.docker.JUPYTER_PORTS``). A service port there could never start.
+RESERVED_PORTS = frozenset({SSH_PORT, *range(2300, 2305)})
+#: A Docker image reference (distribution/reference grammar): [host[:port]/]path[:tag][@digest].
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_RE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
 
 _E = TypeVar("_E", bound=Enum)
 
@@ -71,10 +101,15 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class SpecField:
-    """One row of the schema: how to parse a field's JSON value, and its doc line."""
+    """One row of the schema: how to parse a field's JSON value, and its doc line.
+
+    ``bound`` checks a new request's value (already parsed successfully) against the
+    limits that keep one request from hurting others: sizes, ranges, reserved ports.
+    """
 
     parse: Callable[[Any, str], Any]
     help: str
+    bound: Callable[[Any, str], None] | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -158,12 +193,42 @@ def _parse_resources(value: Any, path: str) -> ResourceSlot:
         if isinstance(amount, Decimal):
             amount = f"{amount:f}"
         try:
-            parse_amount(slot, amount)
+            parsed = parse_amount(slot, amount)
         except ResourceError as exc:
             problem = str(exc).removeprefix(f"{slot}: ")
             raise SpecError(f"{path}.{slot}", problem) from exc
+        if not parsed and slot in _NEVER_ZERO:
+            # Zero would read as "unlimited" to Docker: leave the slot out for the default.
+            raise SpecError(
+                f"{path}.{slot}",
+                f"must be more than 0, got {_show(amount)}; leave it out (or null) to get "
+                "the resource group's default",
+            )
         amounts[slot] = amount
     return ResourceSlot(amounts)
+
+
+#: Slots a session always holds (the resource group's default fills them in).
+_NEVER_ZERO = frozenset({"cpu", "mem"})
+
+
+def _bound_resources(value: Any, path: str) -> None:
+    for slot, amount in value.items():
+        if amount is None:
+            continue
+        if isinstance(amount, Decimal):
+            amount = f"{amount:f}"
+        parsed = parse_amount(slot, amount)
+        where = f"{path}.{slot}"
+        if KNOWN_SLOTS[slot] is SlotKind.BYTES:
+            if parsed > MAX_BYTES:
+                raise SpecError(where, f"must be at most 2^60 bytes (1e), got {_show(amount)}")
+            continue
+        if parsed > MAX_COUNT:
+            raise SpecError(where, f"must be at most {MAX_COUNT}, got {_show(amount)}")
+        exponent = parsed.as_tuple().exponent
+        if isinstance(exponent, int) and exponent < -MAX_DECIMALS:
+            raise SpecError(where, f"may have at most {MAX_DECIMALS} decimals, got {_show(amount)}")
 
 
 def _parse_resource_group(value: Any, path: str) -> str:
@@ -171,16 +236,64 @@ def _parse_resource_group(value: Any, path: str) -> str:
 
 
 def _parse_depends_on(value: Any, path: str) -> list[str]:
+    """Session ids or names, each once (a repeat is dropped; the order is kept)."""
     items = _list(value, path, "session ids or names")
-    return [
+    names = [
         _nonempty_str(item, f"{path}[{i}]", "a session id or name") for i, item in enumerate(items)
     ]
+    return list(dict.fromkeys(names))
+
+
+def _bound_count(most: int, what: str) -> Callable[[Any, str], None]:
+    def bound(value: Any, path: str) -> None:
+        if len(value) > most:
+            raise SpecError(path, f"may list at most {most} {what}, got {len(value)}")
+
+    return bound
+
+
+def _bound_text(most: int) -> Callable[[Any, str], None]:
+    def bound(value: Any, path: str) -> None:
+        if len(value) > most:
+            raise SpecError(path, f"may be at most {most} characters long, got {len(value)}")
+
+    return bound
+
+
+def _bound_image(value: Any, path: str) -> None:
+    if len(value) > 255 or IMAGE_RE.fullmatch(value) is None:
+        raise SpecError(
+            path,
+            "is not a valid image reference: [registry/]name[:tag][@digest], lowercase "
+            f"name parts, at most 255 characters (e.g. 'python:3.12'), got {_show(value)}",
+        )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for non-numbers, NaN, ±inf and ints beyond floats."""
+    if not _is_number(value):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _parse_timestamp(value: Any, path: str) -> float:
-    if not _is_number(value) or not math.isfinite(value):
+    number = _finite(value)
+    if number is None:
         raise SpecError(path, f"must be a time in seconds since the epoch, got {_show(value)}")
-    return float(value)
+    return number
+
+
+def _bound_timestamp(value: Any, path: str) -> None:
+    if not 0 <= value <= MAX_TIMESTAMP:
+        raise SpecError(
+            path,
+            f"must be from 0 to {MAX_TIMESTAMP} (9999-12-31) seconds since the epoch, "
+            f"got {_show(value)}",
+        )
 
 
 def _parse_command(value: Any, path: str) -> str:
@@ -190,9 +303,17 @@ def _parse_command(value: Any, path: str) -> str:
 
 
 def _parse_timeout(value: Any, path: str) -> float:
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+    number = _finite(value)
+    if number is None or number <= 0:
         raise SpecError(path, f"must be a number of seconds greater than 0, got {_show(value)}")
-    return float(value)
+    return number
+
+
+def _bound_timeout(value: Any, path: str) -> None:
+    if not value <= MAX_BATCH_TIMEOUT:
+        raise SpecError(
+            path, f"must be at most {MAX_BATCH_TIMEOUT} seconds (366 days), got {_show(value)}"
+        )
 
 
 def _parse_env(value: Any, path: str) -> dict[str, str]:
@@ -212,6 +333,22 @@ def _parse_env(value: Any, path: str) -> dict[str, str]:
             raise SpecError(where, f"must be a string (quote numbers), got {_show(item)}")
         env[key] = item
     return env
+
+
+def _bound_env(value: Any, path: str) -> None:
+    if len(value) > MAX_ENV:
+        raise SpecError(path, f"may set at most {MAX_ENV} variables, got {len(value)}")
+    size = sum(len(key) + len(item or "") for key, item in value.items())
+    if size > MAX_ENV_BYTES:
+        raise SpecError(
+            path, f"names and values may total at most {MAX_ENV_BYTES} characters, got {size}"
+        )
+
+
+def _bound_mounts(value: Any, path: str) -> None:
+    _bound_count(MAX_MOUNTS, "data folders")(value, path)
+    for i, item in enumerate(value):
+        _bound_text(MAX_TEXT)(item, f"{path}[{i}]")
 
 
 def _parse_mounts(value: Any, path: str) -> list[str]:
@@ -250,17 +387,34 @@ def _parse_service_ports(value: Any, path: str) -> list[str]:
     return ports
 
 
+def _bound_service_ports(value: Any, path: str) -> None:
+    _bound_count(MAX_SERVICE_PORTS, "service ports")(value, path)
+    for i, item in enumerate(value):
+        port = int(item.rsplit(":", 1)[1])
+        if port in RESERVED_PORTS:
+            raise SpecError(
+                f"{path}[{i}]",
+                f"port {port} is reserved in every kernel (sshd 2200, the Jupyter kernel "
+                "2300-2304): use another port",
+            )
+
+
 #: The schema of a session request, in :class:`SessionSpec` field order.
 FIELDS: Mapping[str, SpecField] = MappingProxyType(
     {
-        "image": SpecField(_parse_image, "container image to run, e.g. 'python:3.12'"),
+        "image": SpecField(
+            _parse_image, "container image to run, e.g. 'python:3.12'", _bound_image
+        ),
         "name": SpecField(_parse_name, "session name, unique per owner: 1-64 of [A-Za-z0-9._-]"),
         "type": SpecField(
             _enum_parser(SessionType),
             f"session type: {', '.join(t.value for t in SessionType)}",
         ),
         "resources": SpecField(
-            _parse_resources, 'per-kernel resource slots, e.g. {"cpu": 2, "mem": "4g"}'
+            _parse_resources,
+            'per-kernel resource slots, e.g. {"cpu": 2, "mem": "4g"}; a slot left out takes '
+            "the resource group's default",
+            _bound_resources,
         ),
         "cluster_size": SpecField(
             _int_parser(1, MAX_CLUSTER_SIZE),
@@ -271,7 +425,9 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
             f"kernel placement: {', '.join(m.value for m in ClusterMode)}",
         ),
         "resource_group": SpecField(
-            _parse_resource_group, "resource group whose agents run the session"
+            _parse_resource_group,
+            "resource group whose agents run the session",
+            _bound_text(MAX_TEXT),
         ),
         "priority": SpecField(
             _int_parser(0, MAX_PRIORITY),
@@ -279,23 +435,41 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
         ),
         "depends_on": SpecField(
             _parse_depends_on,
-            "session ids or names that must finish successfully before this one starts",
+            f"session ids or names that must finish successfully before this one starts "
+            f"(at most {MAX_DEPENDS_ON}; repeats are dropped)",
+            _bound_count(MAX_DEPENDS_ON, "sessions"),
         ),
         "starts_at": SpecField(
-            _parse_timestamp, "do not start before this time (seconds since the epoch)"
+            _parse_timestamp,
+            "do not start before this time (seconds since the epoch, at most 9999-12-31)",
+            _bound_timestamp,
         ),
         "startup_command": SpecField(
-            _parse_command, "command run in main1; required for batch sessions"
+            _parse_command,
+            f"command run in main1; required for batch sessions (at most {MAX_COMMAND} characters)",
+            _bound_text(MAX_COMMAND),
         ),
         "batch_timeout": SpecField(
-            _parse_timeout, "seconds a batch session may run before it is stopped (batch only)"
+            _parse_timeout,
+            "seconds a batch session may run before it is stopped (batch only; at most 366 days)",
+            _bound_timeout,
         ),
-        "env": SpecField(_parse_env, "extra environment variables for every kernel"),
-        "mounts": SpecField(_parse_mounts, "data folders mounted into every kernel"),
+        "env": SpecField(
+            _parse_env,
+            f"extra environment variables for every kernel (at most {MAX_ENV}, "
+            f"{MAX_ENV_BYTES} characters in all)",
+            _bound_env,
+        ),
+        "mounts": SpecField(
+            _parse_mounts,
+            f"data folders mounted into every kernel (at most {MAX_MOUNTS})",
+            _bound_mounts,
+        ),
         "service_ports": SpecField(
             _parse_service_ports,
             f"extra service ports of main1, 'name:proto:port' "
-            f"(proto: {', '.join(SERVICE_PROTOCOLS)})",
+            f"(proto: {', '.join(SERVICE_PROTOCOLS)}; ports 2200 and 2300-2304 are reserved)",
+            _bound_service_ports,
         ),
     }
 )
@@ -333,8 +507,10 @@ def _unknown_field(key: object, known: Mapping[str, object], prefix: str) -> Spe
     return SpecError(f"{prefix}{key}", f"unknown field; {hint}known fields: {', '.join(known)}")
 
 
-def _parse_fields(data: Any, prefix: str) -> dict[str, Any]:
-    """Parse each present, non-null field on its own (no cross-field rules)."""
+def _parse_fields(data: Any, prefix: str, bounded: bool = True) -> dict[str, Any]:
+    """Parse each present, non-null field on its own (no cross-field rules).
+
+    ``bounded`` also applies each field's bounds (new requests and templates)."""
     if not isinstance(data, Mapping):
         where = prefix.rstrip(".")
         raise SpecError(where, f"must be a JSON object of session fields, got {_show(data)}")
@@ -345,15 +521,18 @@ def _parse_fields(data: Any, prefix: str) -> dict[str, Any]:
             raise _unknown_field(key, FIELDS, prefix)
         if value is not None:
             parsed[key] = row.parse(value, f"{prefix}{key}")
+            if bounded and row.bound is not None:
+                row.bound(value, f"{prefix}{key}")
     return parsed
 
 
-def parse_spec(data: Mapping[str, Any]) -> SessionSpec:
+def parse_spec(data: Mapping[str, Any], bounded: bool = True) -> SessionSpec:
     """Validate a JSON-like request into a :class:`SessionSpec`, or raise :class:`SpecError`.
 
-    Absent or ``null`` fields take the :class:`SessionSpec` default.
+    Absent or ``null`` fields take the :class:`SessionSpec` default. ``bounded=False``
+    skips the limits on sizes and ranges, for records stored before a limit existed.
     """
-    spec = SessionSpec(**_parse_fields(data, ""))
+    spec = SessionSpec(**_parse_fields(data, "", bounded))
     if spec.type is SessionType.BATCH and not (spec.startup_command or "").strip():
         raise SpecError(
             "startup_command", "required when type is batch: give the command to run in main1"
@@ -433,6 +612,7 @@ class Template:
             description = ""
         if not isinstance(description, str):
             raise SpecError("description", f"must be a string, got {_show(description)}")
+        _bound_text(MAX_TEXT)(description, "description")
         owner = data.get("owner")
         if owner is not None:
             owner = _nonempty_str(owner, "owner", "a user name, or null for a shared template")

@@ -74,7 +74,7 @@ def session_from_json(data: dict[str, Any]) -> Session:
     return Session(
         id=data["id"],
         owner=data["owner"],
-        spec=parse_spec(data["spec"]),
+        spec=parse_spec(data["spec"], bounded=False),
         created_at=float(data["created_at"]),
         status=Status(data["status"]),
         status_info=data.get("status_info"),

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..resources import ResourceError, ResourceSlot
+from ..resources import ResourceError, ResourceSlot, format_amount
 
 OptionParser = Callable[[Any], Any]
 
@@ -84,7 +84,17 @@ COMMON_OPTIONS: dict[str, OptionParser] = {
     "pending_timeout": positive_seconds,
     "max_concurrent_sessions": non_negative_int,
     "max_resources": resource_limit,
+    "default_resources": resource_limit,
+    "min_resources": resource_limit,
 }
+
+#: What a kernel gets of each slot its request leaves out (every kernel holds real slots:
+#: Docker reads a zero or absent limit as "unlimited").
+DEFAULT_RESOURCES = ResourceSlot({"cpu": "0.5", "mem": "1g"})
+#: The least of each slot a request may ask for.
+MIN_RESOURCES = ResourceSlot({"cpu": "0.01", "mem": "64m"})
+#: Docker refuses a memory limit below 6 MiB.
+_DOCKER_MIN_MEM = ResourceSlot({"mem": "6m"})
 
 
 @dataclass
@@ -100,9 +110,49 @@ class SchedulerConfig:
     #: Limits for owners without an entry in ``owner_policies``.
     default_policy: OwnerPolicy = field(default_factory=OwnerPolicy)
     owner_policies: dict[str, OwnerPolicy] = field(default_factory=dict)
+    #: Per kernel: fills each slot a request leaves out (cpu and mem always).
+    default_resources: ResourceSlot = DEFAULT_RESOURCES
+    #: Per kernel: the least a request may ask of each slot it names.
+    min_resources: ResourceSlot = MIN_RESOURCES
+
+    def __post_init__(self) -> None:
+        missing = {"cpu", "mem"} - set(self.default_resources)
+        if missing:
+            raise SchedulerConfigError(
+                f"default_resources must give {' and '.join(sorted(missing))}: "
+                "a kernel without a limit would run uncapped"
+            )
+        if not (_DOCKER_MIN_MEM.fits_in(self.min_resources) and "cpu" in self.min_resources):
+            raise SchedulerConfigError(
+                "min_resources must give cpu > 0 and mem of at least 6m (Docker's floor)"
+            )
+        # Only the slots a default fills: a minimum binds only what a request names.
+        if any(
+            s in self.default_resources
+            for s in self.min_resources.shortfall(self.default_resources)
+        ):
+            raise SchedulerConfigError(
+                f"default_resources ({self.default_resources.describe()}) must be at least "
+                f"min_resources ({self.min_resources.describe()})"
+            )
 
     def policy(self, owner: str) -> OwnerPolicy:
         return self.owner_policies.get(owner, self.default_policy)
+
+    def kernel_resources(self, requested: ResourceSlot) -> ResourceSlot:
+        """A kernel's slots: ``requested`` with the defaults filled in; ResourceError when
+        a requested amount is below ``min_resources``."""
+        for slot, least in self.min_resources.items():
+            amount = requested.get(slot)
+            if amount is not None and amount < least:
+                raise ResourceError(
+                    f"resources.{slot}: {format_amount(slot, amount)} is below the minimum "
+                    f"{format_amount(slot, least)} of this resource group"
+                )
+        filled = dict(requested)
+        for slot, amount in self.default_resources.items():
+            filled.setdefault(slot, amount)
+        return ResourceSlot(filled)
 
     @classmethod
     def from_options(
@@ -124,4 +174,6 @@ class SchedulerConfig:
                 max_concurrent_sessions=common.get("max_concurrent_sessions"),
                 max_resources=common.get("max_resources"),
             ),
+            default_resources=common.get("default_resources", DEFAULT_RESOURCES),
+            min_resources=common.get("min_resources", MIN_RESOURCES),
         )

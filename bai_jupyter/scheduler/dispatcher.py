@@ -11,7 +11,9 @@ transaction, so reservations are atomic with the state change.
 from __future__ import annotations
 
 import gc
+import logging
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -27,6 +29,10 @@ from .sequencers import Sequencer
 
 #: How many recently failed shapes a pass remembers to reject bigger ones at once.
 _FAILED_SHAPES_KEPT = 64
+#: ``status_info`` of a session the scheduler could not handle (cancelled, not retried).
+SCHEDULER_ERROR = "scheduler-error"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,23 @@ class _Placer:
         return None
 
 
+def _cancel(
+    session: Session, info: str, msg: str, ctx: PassContext, result: PassResult, cancelled: set[str]
+) -> None:
+    cancelled.add(session.id)
+    result.cancellations.append(Cancellation(session.id, info, msg))
+    ctx.snapshot.dependency_states[session.id] = (Status.CANCELLED, SessionResult.UNDEFINED)
+
+
+def _failed(
+    session: Session, exc: Exception, ctx: PassContext, result: PassResult, cancelled: set[str]
+) -> None:
+    """One session the scheduler's code cannot handle is cancelled, never the whole queue."""
+    log.error("bai-jupyter: scheduling session %s failed; cancelling it", session.id, exc_info=exc)
+    msg = f"the scheduler failed on this session: {type(exc).__name__}: {exc}"
+    _cancel(session, SCHEDULER_ERROR, msg, ctx, result, cancelled)
+
+
 def _cascade_cancellations(
     pending: list[Session], ctx: PassContext, result: PassResult
 ) -> set[str]:
@@ -144,17 +167,45 @@ def _cascade_cancellations(
         if session.id in cancelled:
             continue
         for predicate in PREDICATES[:2]:  # pending_timeout, dependencies
-            verdict = predicate(session, ctx)
+            try:
+                verdict = predicate(session, ctx)
+            except Exception as exc:
+                _failed(session, exc, ctx, result, cancelled)
+                queue.extend(dependants.get(session.id, ()))
+                break
             if verdict is not None and verdict.cancel:
-                cancelled.add(session.id)
-                result.cancellations.append(Cancellation(session.id, verdict.cancel, verdict.msg))
-                ctx.snapshot.dependency_states[session.id] = (
-                    Status.CANCELLED,
-                    SessionResult.UNDEFINED,
-                )
+                _cancel(session, verdict.cancel, verdict.msg, ctx, result, cancelled)
                 queue.extend(dependants.get(session.id, ()))
                 break
     return cancelled
+
+
+def _order(
+    sequencer: Sequencer,
+    band: list[Session],
+    ctx: PassContext,
+    result: PassResult,
+    cancelled: set[str],
+) -> Sequence[Session]:
+    """The sequencer's order of a band; when it raises, the sessions it raises on alone
+    are cancelled and the rest is ordered again (oldest first should that fail too)."""
+    try:
+        return list(sequencer.order(band, ctx))
+    except Exception:
+        log.exception("bai-jupyter: the %s sequencer failed; finding the session", sequencer)
+    good: list[Session] = []
+    for session in band:
+        try:
+            list(sequencer.order([session], ctx))
+        except Exception as exc:
+            _failed(session, exc, ctx, result, cancelled)
+        else:
+            good.append(session)
+    try:
+        return list(sequencer.order(good, ctx))
+    except Exception:
+        log.exception("bai-jupyter: the %s sequencer failed again; oldest first", sequencer)
+        return sorted(good, key=lambda s: (s.created_at, s.id))
 
 
 def _failure_record(session: Session, verdicts: list[Verdict], now: float) -> dict[str, Any]:
@@ -215,28 +266,45 @@ def _schedule(
             bands[session.spec.priority].append(session)
     tried: set[str] = set()
     for priority in sorted(bands, reverse=True):
-        for session in sequencer.order(bands[priority], ctx):
+        for session in _order(sequencer, bands[priority], ctx, result, cancelled):
             tried.add(session.id)
-            # pending_timeout and cancelling dependency verdicts were settled above; a
-            # dependency still running is a wait and must be checked here too.
-            verdicts = [v for p in PREDICATES[1:] if (v := p(session, ctx)) is not None]
-            if not verdicts:
-                agent_ids = placer.place(session)
-                if agent_ids is not None:
-                    result.placements.append(Placement(session.id, agent_ids))
-                    ctx.record_placement(session)
-                    continue
-                verdicts = [Verdict("resources", pool.describe_shortfall(session.spec))]
-                info = _failure_record(session, verdicts, now)
-                result.failures[session.id] = info
-                if sequencer.on_no_fit(session, info, ctx):
-                    result.blocked_by = session.id
-                    result.untried = [
-                        s.id
-                        for s in snapshot.pending
-                        if s.id not in tried and s.id not in cancelled
-                    ]
-                    return result
+            try:
+                blocked = _try(session, ctx, sequencer, placer, pool, result, now)
+            except Exception as exc:
+                result.failures.pop(session.id, None)
+                _failed(session, exc, ctx, result, cancelled)
                 continue
-            result.failures[session.id] = _failure_record(session, verdicts, now)
+            if blocked:
+                result.blocked_by = session.id
+                result.untried = [
+                    s.id for s in snapshot.pending if s.id not in tried and s.id not in cancelled
+                ]
+                return result
     return result
+
+
+def _try(
+    session: Session,
+    ctx: PassContext,
+    sequencer: Sequencer,
+    placer: _Placer,
+    pool: AgentPool,
+    result: PassResult,
+    now: float,
+) -> bool:
+    """Check and place one session; True when it blocks the queue behind it."""
+    # pending_timeout and cancelling dependency verdicts were settled above; a
+    # dependency still running is a wait and must be checked here too.
+    verdicts = [v for p in PREDICATES[1:] if (v := p(session, ctx)) is not None]
+    if verdicts:
+        result.failures[session.id] = _failure_record(session, verdicts, now)
+        return False
+    agent_ids = placer.place(session)
+    if agent_ids is not None:
+        result.placements.append(Placement(session.id, agent_ids))
+        ctx.record_placement(session)
+        return False
+    verdicts = [Verdict("resources", pool.describe_shortfall(session.spec))]
+    info = _failure_record(session, verdicts, now)
+    result.failures[session.id] = info
+    return sequencer.on_no_fit(session, info, ctx)

@@ -32,7 +32,10 @@ Predicate = Callable[[Session, PassContext], "Verdict | None"]
 def _when(ts: float) -> str:
     if ts < 1e9:  # a simulated clock, not a date
         return f"t={ts:g}"
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):  # beyond year 9999: an old, unbounded record
+        return f"t={ts:g}"
 
 
 def pending_timeout(session: Session, ctx: PassContext) -> Verdict | None:
