@@ -33,6 +33,13 @@ class Forbidden(BaiError):
     status = 403
 
 
+class TooLarge(BaiError):
+    """The request body is over the server's size limit."""
+
+    code = "too-large"
+    status = 413
+
+
 class NotFound(BaiError):
     """No such session (or not one of yours), template or kernel."""
 

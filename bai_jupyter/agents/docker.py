@@ -441,15 +441,24 @@ class DockerAgent(AgentBackend):
         )
 
     def _limits(self, plan: KernelPlan) -> dict[str, Any]:
+        """The engine's limits, exactly the slots the scheduler booked for the kernel.
+
+        Docker reads a zero or absent CPU or memory limit as "unlimited": a kernel
+        without both is refused rather than run uncapped while booked as using nothing.
+        """
         limits: dict[str, Any] = {"pids_limit": self.pids_limit}
         try:
-            if plan.slots.get("cpu"):
-                limits["nano_cpus"] = int(parse_amount("cpu", plan.slots["cpu"]) * Decimal(10**9))
-            if plan.slots.get("mem"):
-                mem = int(parse_amount("mem", plan.slots["mem"]))
-                limits["mem_limit"] = limits["memswap_limit"] = mem  # equal: no swap
+            nano = int(parse_amount("cpu", plan.slots.get("cpu", 0)) * Decimal(10**9))
+            mem = int(parse_amount("mem", plan.slots.get("mem", 0)))
         except ValueError as exc:
             raise AgentError(f"kernel {plan.hostname}: {exc}") from exc
+        if nano <= 0 or mem <= 0:
+            raise AgentError(
+                f"kernel {plan.hostname}: slots {plan.slots} lack a cpu or mem amount; "
+                "Docker would run it without a limit"
+            )
+        limits["nano_cpus"] = nano
+        limits["mem_limit"] = limits["memswap_limit"] = mem  # equal: no swap
         return limits
 
     async def _create(

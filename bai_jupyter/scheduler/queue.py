@@ -65,7 +65,9 @@ def apply_result(tx: Transaction, snapshot: Snapshot, result: PassResult, now: f
         for kernel, agent_id in zip(session.kernels, placement.agent_ids):
             kernel.agent_id = agent_id
             kernel.set_status(Status.SCHEDULED)
-        session.set_status(Status.SCHEDULED, now, None)
+        # Not pending any more: the why-pending record would only mislead.
+        data = {k: v for k, v in session.status_data.items() if k != "scheduler"}
+        session.set_status(Status.SCHEDULED, now, None, data)
         tx.save_session(session, before)
     for cancel in result.cancellations:
         session = by_id[cancel.session_id]

@@ -14,7 +14,7 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
-from traitlets import Bool, Float, Instance
+from traitlets import Bool, Float, Instance, Int
 
 from ..manager import SessionManager
 from ..model import Status
@@ -77,6 +77,23 @@ class BaiJupyterApp(ExtensionApp):
         help="Let code in kernels (%bai in main1) call the API: serve it on the address the "
         "agents' kernels reach this host at, and give every kernel BAI_JUPYTER_URL and a "
         "BAI_JUPYTER_TOKEN that grants its owner's sessions and templates only.",
+    )
+    max_body_size = Int(
+        1 << 20,
+        config=True,
+        help="Bytes a request body of the API may have; a bigger one gets 413 too-large. "
+        "(The service proxy is not limited by this.)",
+    )
+    max_json_depth = Int(
+        32,
+        config=True,
+        help="How deeply objects and arrays may nest in a JSON request body; deeper gets 400.",
+    )
+    max_meta_size = Int(
+        16 * 1024,
+        config=True,
+        help="Bytes of a session's `meta` object (as JSON) a create request may carry; "
+        "it is returned with every listing of the session.",
     )
     manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
 

@@ -13,7 +13,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.utils import ensure_async
 from tornado.web import HTTPError
 
-from ..errors import BaiError, Conflict, InvalidRequest, NotFound, Unavailable
+from ..errors import BaiError, Conflict, InvalidRequest, NotFound, TooLarge, Unavailable
 from ..manager import SessionManager
 from ..model import Session, Status
 from ..registry import local_owner
@@ -24,7 +24,15 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["ADMIN", "SESSIONS", "TEMPLATES", "BaiHandler", "error_body", "require_running"]
+__all__ = [
+    "ADMIN",
+    "SESSIONS",
+    "TEMPLATES",
+    "BaiHandler",
+    "error_body",
+    "json_depth",
+    "require_running",
+]
 
 #: Authorization resources (``bai_jupyter:…``) a Jupyter authorizer decides on.
 SESSIONS = "bai_jupyter:sessions"
@@ -39,6 +47,7 @@ _HTTP_CODES = {
     404: "not-found",
     405: "method-not-allowed",
     409: "conflict",
+    413: "too-large",
     503: "unavailable",
 }
 
@@ -50,6 +59,20 @@ def require_running(session: Session, also: frozenset[Status] = frozenset()) -> 
     if session.status.is_terminal or session.status is Status.TERMINATING:
         raise Conflict(f"session {session.id} has ended ({session.status.value})")
     raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+
+
+def json_depth(value: Any) -> int:
+    """How deeply objects and arrays nest in ``value`` (a scalar is 0), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in item)
+    return deepest
 
 
 def error_body(code: str, message: str) -> str:
@@ -111,16 +134,34 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
 
     # --- input --------------------------------------------------------------------------------
 
+    async def prepare(self) -> None:  # type: ignore[override]
+        """Refuse an oversized body before any handler looks at it (413)."""
+        await super().prepare()
+        limit = self.app.max_body_size
+        declared = self.request.headers.get("Content-Length", "")
+        size = int(declared) if declared.isdigit() else len(self.request.body or b"")
+        if max(size, len(self.request.body or b"")) > limit:
+            raise TooLarge(
+                f"the request body is {size} bytes; this server takes at most {limit} "
+                "(BaiJupyterApp.max_body_size)"
+            )
+
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object (an empty body is ``{}``); 400 otherwise."""
         if not self.request.body:
             return {}
+        depth = self.app.max_json_depth
+        too_deep = f"the body is nested deeper than {depth} levels (BaiJupyterApp.max_json_depth)"
         try:
             data = json.loads(self.request.body)
+        except RecursionError:
+            raise InvalidRequest(too_deep) from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidRequest(f"the body is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
             raise InvalidRequest(f"the body must be a JSON object, got {type(data).__name__}")
+        if json_depth(data) > depth:
+            raise InvalidRequest(too_deep)
         return data
 
     def write_json(self, data: Any, status: int = 200) -> None:

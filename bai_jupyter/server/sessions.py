@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from typing import Any
 
@@ -86,6 +87,11 @@ class SessionsHandler(BaiHandler):
             raise InvalidRequest(f"template: must be a template name, got {template!r}")
         if meta is not None and not isinstance(meta, dict):
             raise InvalidRequest(f"meta: must be a JSON object, got {meta!r}")
+        if meta and len(json.dumps(meta)) > self.app.max_meta_size:
+            raise InvalidRequest(
+                f"meta: must be at most {self.app.max_meta_size} bytes as JSON "
+                "(BaiJupyterApp.max_meta_size)"
+            )
         session = await self.manager.create(body, self.owner, template=template, meta=meta)
         self.set_header("Location", url_path_join(self.request.path, session.id))
         self.write_json(session_view(session, self.base_url), status=201)
