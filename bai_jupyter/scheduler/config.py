@@ -174,6 +174,11 @@ class SchedulerConfig:
                 max_concurrent_sessions=common.get("max_concurrent_sessions"),
                 max_resources=common.get("max_resources"),
             ),
-            default_resources=common.get("default_resources", DEFAULT_RESOURCES),
-            min_resources=common.get("min_resources", MIN_RESOURCES),
+            # Each names only the slots it changes; the built-in amounts keep the others.
+            default_resources=_over(DEFAULT_RESOURCES, common.get("default_resources")),
+            min_resources=_over(MIN_RESOURCES, common.get("min_resources")),
         )
+
+
+def _over(base: ResourceSlot, changes: ResourceSlot | None) -> ResourceSlot:
+    return base if changes is None else ResourceSlot({**base, **changes})
