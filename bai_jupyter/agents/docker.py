@@ -224,6 +224,7 @@ class DockerAgent(AgentBackend):
         self._removing: dict[str, float] = {}
         #: The shared egress bridge is known to exist (checked again after a failed start).
         self._egress_ready = False
+        self._egress_lock = asyncio.Lock()
         # Event watcher (a thread); see events().
         self._queue: asyncio.Queue[KernelEvent | None] | None = None
         self._watcher: threading.Thread | None = None
@@ -335,15 +336,18 @@ class DockerAgent(AgentBackend):
 
     async def _ensure_egress(self, api: Any) -> None:
         """The shared bridge main1 kernels reach out through (kernels can't talk on it)."""
-        if not self._egress_ready:
-            await self._ensure_network(
-                api,
-                EGRESS_NETWORK,
-                {LABEL_ROOT: "1"},
-                internal=False,
-                options={"com.docker.network.bridge.enable_icc": "false"},
-            )
-            self._egress_ready = True
+        # One at a time: the engine's duplicate check is racy, and concurrent starts
+        # on a fresh engine made several networks of that name ("ambiguous" ever after).
+        async with self._egress_lock:
+            if not self._egress_ready:
+                await self._ensure_network(
+                    api,
+                    EGRESS_NETWORK,
+                    {LABEL_ROOT: "1"},
+                    internal=False,
+                    options={"com.docker.network.bridge.enable_icc": "false"},
+                )
+                self._egress_ready = True
 
     async def host_address(self) -> str | None:
         """The egress bridge's gateway, on an engine of this host (a remote one: ``None``)."""
