@@ -316,7 +316,7 @@ def _deep(levels: int) -> bytes:
         ({"image": "python\x00:3.12"}, 400, "image"),
         ({"service_ports": ["ssh:tcp:2200"]}, 400, "reserved"),
         ({"service_ports": ["jupyter:http:2300"]}, 400, "reserved"),
-        ({"depends_on": ["x"] * 10_000}, 400, "depends_on"),
+        ({"depends_on": ["x"] * 10_000}, 400, "at most 64"),
         ({"meta": {"blob": "x" * 20_000}}, 400, "meta"),
         (b'{"env": {"A": "' + b"x" * (2 << 20) + b'"}}', 413, "max_body_size"),
         (_deep(10_000), 400, "nested deeper"),

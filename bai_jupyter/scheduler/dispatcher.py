@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -186,26 +186,34 @@ def _order(
     ctx: PassContext,
     result: PassResult,
     cancelled: set[str],
-) -> Sequence[Session]:
-    """The sequencer's order of a band; when it raises, the sessions it raises on alone
-    are cancelled and the rest is ordered again (oldest first should that fail too)."""
+    retry: bool = True,
+) -> Iterator[Session]:
+    """The sequencer's order of a band, lazily (DRF reads the placements made so far).
+
+    When the sequencer raises, the sessions it raises on alone are cancelled and the
+    rest is ordered again (oldest first should that fail too)."""
+    given: set[str] = set()
     try:
-        return list(sequencer.order(band, ctx))
+        for session in sequencer.order(band, ctx):
+            given.add(session.id)
+            yield session
+        return
     except Exception:
-        log.exception("bai-jupyter: the %s sequencer failed; finding the session", sequencer)
-    good: list[Session] = []
+        log.exception("bai-jupyter: the %s sequencer failed", type(sequencer).__name__)
+    rest: list[Session] = []
     for session in band:
+        if session.id in given:
+            continue
         try:
             list(sequencer.order([session], ctx))
         except Exception as exc:
             _failed(session, exc, ctx, result, cancelled)
         else:
-            good.append(session)
-    try:
-        return list(sequencer.order(good, ctx))
-    except Exception:
-        log.exception("bai-jupyter: the %s sequencer failed again; oldest first", sequencer)
-        return sorted(good, key=lambda s: (s.created_at, s.id))
+            rest.append(session)
+    if retry:
+        yield from _order(sequencer, rest, ctx, result, cancelled, retry=False)
+    else:
+        yield from sorted(rest, key=lambda s: (s.created_at, s.id))
 
 
 def _failure_record(session: Session, verdicts: list[Verdict], now: float) -> dict[str, Any]:
