@@ -9,7 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import ClusterMode, SessionType, Status
-from ..templates import FIELDS, MAX_CLUSTER_SIZE, MAX_PRIORITY, NAME_RE
+from ..templates import (
+    FIELDS,
+    MAX_BATCH_TIMEOUT,
+    MAX_CLUSTER_SIZE,
+    MAX_COMMAND,
+    MAX_DEPENDS_ON,
+    MAX_ENV,
+    MAX_MOUNTS,
+    MAX_PRIORITY,
+    MAX_SERVICE_PORTS,
+    MAX_TIMESTAMP,
+    NAME_RE,
+)
 from .execute import MODES
 
 __all__ = ["openapi"]
@@ -32,6 +44,7 @@ _ERRORS = {
     "403": _reply("not authenticated, or not authorized for this resource", _ref("Error")),
     "404": _reply("no such session (of yours), template or kernel", _ref("Error")),
     "409": _reply("name taken, or the session is in the wrong state", _ref("Error")),
+    "413": _reply("the body is over BaiJupyterApp.max_body_size", _ref("Error")),
     "503": _reply("not ready (session not RUNNING, manager not started); retry", _ref("Error")),
 }
 
@@ -54,13 +67,39 @@ _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "cluster_mode": {"type": "string", "enum": [m.value for m in ClusterMode], "nullable": True},
     "resource_group": _NULLABLE_STRING,
     "priority": {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY, "nullable": True},
-    "depends_on": {"type": "array", "items": {"type": "string"}, "nullable": True},
-    "starts_at": {"type": "number", "nullable": True},
-    "startup_command": _NULLABLE_STRING,
-    "batch_timeout": {"type": "number", "exclusiveMinimum": True, "minimum": 0, "nullable": True},
-    "env": {"type": "object", "additionalProperties": {"type": "string"}, "nullable": True},
-    "mounts": {"type": "array", "items": {"type": "string"}, "nullable": True},
-    "service_ports": {"type": "array", "items": {"type": "string"}, "nullable": True},
+    "depends_on": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": MAX_DEPENDS_ON,
+        "nullable": True,
+    },
+    "starts_at": {"type": "number", "minimum": 0, "maximum": MAX_TIMESTAMP, "nullable": True},
+    "startup_command": {"type": "string", "maxLength": MAX_COMMAND, "nullable": True},
+    "batch_timeout": {
+        "type": "number",
+        "exclusiveMinimum": True,
+        "minimum": 0,
+        "maximum": MAX_BATCH_TIMEOUT,
+        "nullable": True,
+    },
+    "env": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "maxProperties": MAX_ENV,
+        "nullable": True,
+    },
+    "mounts": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": MAX_MOUNTS,
+        "nullable": True,
+    },
+    "service_ports": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": MAX_SERVICE_PORTS,
+        "nullable": True,
+    },
 }
 assert set(_FIELD_SCHEMAS) == set(FIELDS), "the OpenAPI request schema drifted from FIELDS"
 
