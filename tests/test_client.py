@@ -67,12 +67,13 @@ async def test_errors_come_back_as_the_same_classes(server: Server) -> None:
 
 async def test_templates_agents_and_scheduler(server: Server) -> None:
     client = server.client()
-    made = await client.put_template("tiny", {"resources": {"cpu": "0.5"}}, description="d")
+    made = await client.put_template("tiny", {"resources": {"cpu": "0.25"}}, description="d")
     assert (made.name, made.owner, made.description) == ("tiny", local_owner(), "d")
     assert [t.name for t in await client.list_templates()] == ["tiny"]
-    assert (await client.get_template("tiny")).spec == {"resources": {"cpu": "0.5"}}
+    assert (await client.get_template("tiny")).spec == {"resources": {"cpu": "0.25"}}
     session = await client.create({"starts_at": 4e9}, template="tiny")
-    assert session.spec.resources.to_json() == {"cpu": "0.5"}
+    # The template's cpu; the resource group's default memory fills in the rest.
+    assert session.spec.resources.to_json() == {"cpu": "0.25", "mem": str(1 << 30)}
     queue = (await client.scheduler())["resource_groups"]["default"]["queue"]
     assert [entry["session_id"] for entry in queue] == [session.id]
     await client.destroy(session.id)
