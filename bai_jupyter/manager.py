@@ -761,22 +761,54 @@ class SessionManager(LoggingConfigurable):
         if kernel is None:
             return
         try:
-            if (
+            if event.kind is KernelEventKind.OOM_KILLED:
+                # A process was killed for memory; the kernel's own death comes as EXITED.
+                await self._oom_notice(session, kernel.hostname)
+            elif (
                 event.kind is KernelEventKind.EXITED
                 and kernel.role is KernelRole.MAIN
                 and session.spec.type is SessionType.BATCH
             ):
                 await self._finish_batch(session, event)
+            elif event.kind is KernelEventKind.NETWORK_LOST:
+                await self._fail(session, "network-disconnected", kernel.hostname, None)
             else:
-                info = "oom-killed" if event.kind is KernelEventKind.OOM_KILLED else "kernel-died"
+                info = "oom-killed" if event.detail.get("oom_killed") else "kernel-died"
                 await self._fail(session, info, kernel.hostname, event.exit_code)
         except IllegalTransition:
             pass  # another event or a destroy got there first
+
+    async def _oom_notice(self, session: Session, host: str) -> None:
+        """Count a process killed for memory in ``status_data["oom"]`` and tell the watchers."""
+        now = time.time()
+
+        def noting(s: Session) -> None:
+            if s.status not in _ACTIVE:
+                return
+            count = int((s.status_data.get("oom") or {}).get("count", 0)) + 1
+            oom = {"count": count, "last_at": now, "kernel": host}
+            s.status_data = {**s.status_data, "oom": oom}
+
+        def run() -> Session:
+            with self._store().edit(session.id) as s:
+                noting(s)
+            return s
+
+        updated = await asyncio.to_thread(run)
+        notice = {
+            "kind": "oom",
+            "kernel": host,
+            "at": now,
+            "message": f"a process in {host} was killed: out of memory (the session goes on)",
+        }
+        self._publish(updated, notice=notice)
 
     async def _finish_batch(self, session: Session, event: KernelEvent) -> None:
         code = event.exit_code if event.exit_code is not None else -1
         if event.detail.get("task_timeout"):
             info = "task-timeout"
+        elif event.detail.get("oom_killed"):
+            info = "oom-killed"
         else:
             info = "task-finished" if code == 0 else "task-failed"
 

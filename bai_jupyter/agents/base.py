@@ -24,7 +24,11 @@ class AgentError(RuntimeError):
 
 class KernelEventKind(str, Enum):
     EXITED = "exited"  # the kernel's main process ended by itself (exit_code set)
-    OOM_KILLED = "oom-killed"  # the kernel hit its memory limit
+    #: A process in the kernel was killed for memory; the kernel may live on (a child
+    #: process's OOM). The kernel's own death by OOM is ``EXITED`` + ``oom_killed``.
+    OOM_KILLED = "oom-killed"
+    #: The kernel was cut from its session's network (``detail["network"]``).
+    NETWORK_LOST = "network-lost"
     GONE = "gone"  # the kernel was removed or killed from outside
 
 
@@ -37,7 +41,8 @@ class KernelEvent:
     kernel_id: str
     exit_code: int | None = None
     #: Extra facts: ``{"task_timeout": True}`` when a batch hit its time limit,
-    #: ``{"requested": True}`` when the agent itself was removing the kernel.
+    #: ``{"requested": True}`` when the agent itself was removing the kernel,
+    #: ``{"oom_killed": True}`` when the kernel died of its memory limit.
     detail: dict[str, Any] = field(default_factory=dict)
 
 

@@ -87,7 +87,7 @@ TASK_TIMEOUT_MARK = "bai-runtime: task-timeout"
 DEFAULT_IMAGE = "bai-jupyter/python:3.11"
 
 _DEFAULT_RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-_EVENT_ACTIONS = ("oom", "die", "destroy")
+_EVENT_ACTIONS = ("oom", "die", "destroy", "disconnect")
 #: Concurrent engine calls (one per kernel while a big session starts) reuse connections.
 _POOL_SIZE = 32
 #: How long die/destroy events of a session we removed are marked ``requested``.
@@ -803,11 +803,9 @@ class DockerAgent(AgentBackend):
                 stream = client.api.events(
                     decode=True,
                     since=f"{last_nano / 1e9:.9f}",
-                    filters={
-                        "type": "container",
-                        "label": LABEL_ROOT,
-                        "event": list(_EVENT_ACTIONS),
-                    },
+                    # Network events carry no container labels: no label filter here;
+                    # _translate drops what is not a kernel of ours.
+                    filters={"type": ["container", "network"], "event": list(_EVENT_ACTIONS)},
                 )
                 with self._stream_lock:
                     if self._stopping.is_set():
@@ -845,22 +843,30 @@ class DockerAgent(AgentBackend):
                 client.close()
 
     def _translate(self, client: Any, raw: dict[str, Any]) -> KernelEvent | None:
-        """An engine event → our event (in the watcher thread: may read the log tail)."""
+        """An engine event → our event (in the watcher thread: may inspect the container)."""
         actor = raw.get("Actor") or {}
         attrs: dict[str, str] = actor.get("Attributes") or {}
-        session_id, kernel_id = attrs.get(LABEL_SESSION), attrs.get(LABEL_KERNEL)
         action = str(raw.get("Action") or raw.get("status") or "")
+        if raw.get("Type") == "network":
+            return self._network_event(client, attrs) if action == "disconnect" else None
+        if LABEL_ROOT not in attrs:
+            return None  # not a kernel of ours
+        session_id, kernel_id = attrs.get(LABEL_SESSION), attrs.get(LABEL_KERNEL)
         if not session_id or not kernel_id:
             return None
         detail: dict[str, Any] = {}
         if session_id in self._removing:
             detail["requested"] = True
         if action == "oom":
+            # Any process of the container: a child's OOM leaves the kernel running.
             return KernelEvent(KernelEventKind.OOM_KILLED, session_id, kernel_id)
         if action == "destroy":
             return KernelEvent(KernelEventKind.GONE, session_id, kernel_id, detail=detail)
         if action != "die":
             return None
+        with contextlib.suppress(Exception):  # removed meanwhile: no verdict, a plain death
+            if client.api.inspect_container(actor.get("ID"))["State"].get("OOMKilled"):
+                detail["oom_killed"] = True
         code = int(attrs.get("exitCode", "-1"))
         if code == 124:
             try:
@@ -871,6 +877,29 @@ class DockerAgent(AgentBackend):
                 detail["task_timeout"] = True
         return KernelEvent(
             KernelEventKind.EXITED, session_id, kernel_id, exit_code=code, detail=detail
+        )
+
+    def _network_event(self, client: Any, attrs: dict[str, str]) -> KernelEvent | None:
+        """A running kernel cut from its session's network (or main1 from the egress bridge).
+
+        A stopping or removed container is disconnected too: only a running one counts."""
+        network = attrs.get("name", "")
+        if not network.startswith("bai-"):
+            return None
+        try:
+            info = client.api.inspect_container(attrs.get("container"))
+        except Exception:
+            return None  # gone: its die/destroy events tell the story
+        labels: dict[str, str] = info.get("Config", {}).get("Labels") or {}
+        session_id, kernel_id = labels.get(LABEL_SESSION), labels.get(LABEL_KERNEL)
+        if not session_id or not kernel_id or not info.get("State", {}).get("Running"):
+            return None
+        if session_id in self._removing:
+            return None
+        if network not in (_network_name(session_id), EGRESS_NETWORK):
+            return None
+        return KernelEvent(
+            KernelEventKind.NETWORK_LOST, session_id, kernel_id, detail={"network": network}
         )
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import queue
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -96,14 +97,50 @@ class _Connection:
         self.readers: list[asyncio.Task[None]] = []
 
     async def open(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for main1's kernel to answer ``kernel_info`` on shell and iopub.
+
+        Not jupyter_client's ``wait_for_ready``: it gives up ("Kernel died before replying
+        to kernel_info") as soon as one heartbeat misses its 1 s, which a live kernel that
+        is still booting or busy (a loaded host, a large cluster starting) often does."""
         self.client.start_channels()
-        try:
-            await self.client.wait_for_ready(timeout=timeout)
-        except RuntimeError as exc:
-            self.close()
-            raise Unavailable(f"main1's Jupyter kernel does not answer: {exc}") from exc
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            msg_id = self.client.kernel_info()
+            if await self._kernel_info_reply(msg_id, min(2.0, max(deadline - loop.time(), 0.1))):
+                break
+            if loop.time() >= deadline:
+                self.close()
+                raise Unavailable(
+                    f"main1's Jupyter kernel did not answer in {timeout:g} s "
+                    "(busy, still starting, or gone): try again"
+                )
         for channel in ("shell", "iopub", "stdin"):
             self.readers.append(asyncio.ensure_future(self._read(channel)))
+
+    async def _kernel_info_reply(self, msg_id: str, wait: float) -> bool:
+        """Whether the reply to ``msg_id`` came in ``wait`` s and iopub carries the kernel's
+        status messages (so the first run's output is not lost to a late subscription)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait
+        while (left := until - loop.time()) > 0:
+            try:
+                msg = await self.client.shell_channel.get_msg(timeout=left)
+            except queue.Empty:
+                return False
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                break  # older replies (of earlier tries) are skipped
+        else:
+            return False
+        try:
+            await self.client.iopub_channel.get_msg(timeout=0.5)
+        except queue.Empty:
+            return False
+        while True:  # drop what iopub said before the first run
+            try:
+                await self.client.iopub_channel.get_msg(timeout=0)
+            except queue.Empty:
+                return True
 
     async def _read(self, channel: str) -> None:
         source = getattr(self.client, f"{channel}_channel")

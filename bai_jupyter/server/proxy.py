@@ -278,10 +278,12 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         request.request_timeout = self.bai.proxy_timeout or None
         try:
             response = await self.bai.upstream().fetch(request, raise_error=False)
-        except httpclient.HTTPError as exc:
+        except (httpclient.HTTPError, OSError) as exc:
+            # OSError: nothing listens on the port (refused, reset, unreachable); tornado
+            # raises it as is, not as an HTTPError 599.
             if self.client_gone:
                 return  # nobody to answer: the upstream connection is closed already
-            raise HTTPError(502, f"the service did not answer: {exc}") from exc
+            raise HTTPError(502, f"the service did not answer: {exc}") from None
         if self.client_gone:
             return
         if response.error is not None and not isinstance(response.error, httpclient.HTTPError):
