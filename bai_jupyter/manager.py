@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from traitlets import Dict, Enum, Float, Int, List, Unicode
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .agents.base import (
@@ -34,6 +34,9 @@ from .agents.base import (
 from .cluster import (
     LABEL_SCOPE,
     KernelPlan,
+    Mount,
+    MountPolicy,
+    MountRefused,
     bootstrap,
     generate_ssh_keys,
     kernel_environ,
@@ -127,6 +130,31 @@ class SessionManager(LoggingConfigurable):
         help="Where the local backend keeps its kernels' working dirs and logs; "
         "default: <jupyter runtime dir>/bai_jupyter/local-kernels.",
     )
+    allowed_host_paths = List(
+        Unicode(),
+        config=True,
+        help="Host path prefixes sessions may mount, each '/prefix' or '/prefix:ro' "
+        "(read-only for everything under it). Default: none (only the owner's data "
+        "folders). Never mountable, even here: /proc, /sys, /dev, /run, the container "
+        "engines' sockets and state, the store's directory, the Jupyter runtime and data "
+        "dirs, this package and its runtime, and other users' data folders. "
+        "See docs/security-mounts in the README.",
+    )
+    kernel_disk_limit = Unicode(
+        "",
+        config=True,
+        help="Size limit of each Docker kernel's writable layer (e.g. '10g'); '' = none. "
+        "Needs a storage driver that supports it (overlay2 on xfs with pquota, "
+        "devicemapper, btrfs, zfs); elsewhere a warning is logged once and kernels run "
+        "without it.",
+    )
+    host_firewall = Bool(
+        True,
+        config=True,
+        help="Block Docker kernels from this host's services except the kernel-access "
+        "listener (an iptables chain BAI-JUPYTER-INPUT in INPUT; needs root and "
+        "iptables, else a warning is logged). Local engines only.",
+    )
     pass_interval = Float(5.0, config=True, help="Seconds between periodic scheduling passes.")
     start_timeout = Float(
         120.0, config=True, help="Seconds an agent may take to start a session's kernels."
@@ -148,6 +176,8 @@ class SessionManager(LoggingConfigurable):
         #: Extra environment of every kernel, from (owner, agent id); not stored with the
         #: session. The server extension gives kernels its address and an owner token.
         self.kernel_env_hook: Callable[[str, str], Mapping[str, str]] | None = None
+        #: Host ports kernels may reach (see allow_host_ports).
+        self._host_ports: builtins.list[int] = []
         self._started = False
 
     # --- lifecycle of the manager -----------------------------------------------------------
@@ -176,6 +206,7 @@ class SessionManager(LoggingConfigurable):
             )
             await self._db(partial(Transaction.put_agent, agent=record))
         await self._reconcile()
+        await self.allow_host_ports([])  # kernels reach nothing on the host until told
         for agent in self._agents.values():
             self._loops.add(self._spawn(self._watch(agent)))
         self._loops.add(self._spawn(self._scheduler_loop()))
@@ -223,7 +254,13 @@ class SessionManager(LoggingConfigurable):
             if kind == "docker":
                 publish = conf.get("publish_ports")
                 made.append(
-                    DockerAgent(endpoint=conf.get("endpoint"), publish_ports=publish, **common)
+                    DockerAgent(
+                        endpoint=conf.get("endpoint"),
+                        publish_ports=publish,
+                        disk_limit=self.kernel_disk_limit,
+                        firewall=self.host_firewall,
+                        **common,
+                    )
                 )
             elif kind == "local":
                 made.append(LocalAgent(root=self._local_root(), **common))
@@ -233,7 +270,11 @@ class SessionManager(LoggingConfigurable):
             return made
         if self.backend != "local" and await DockerAgent.engine_answers(None):
             self.log.info("bai-jupyter: kernels run in Docker (the local engine answered)")
-            return [DockerAgent("docker")]
+            return [
+                DockerAgent(
+                    "docker", disk_limit=self.kernel_disk_limit, firewall=self.host_firewall
+                )
+            ]
         if self.backend == "docker":
             raise Unavailable("backend 'docker' is configured but no Docker engine answers")
         why = "backend=local" if self.backend == "local" else "no Docker engine answered"
@@ -328,6 +369,15 @@ class SessionManager(LoggingConfigurable):
         finally:
             self._subscribers.discard(queue)
 
+    async def allow_host_ports(self, ports: Iterable[int]) -> None:
+        """Let kernels reach only these ports of this host (the kernel-access listeners)."""
+        self._host_ports = sorted(set(self._host_ports) | set(ports))
+        for agent in self._agents.values():
+            try:
+                await agent.allow_host_ports(builtins.list(self._host_ports))
+            except AgentError as exc:
+                self.log.warning("bai-jupyter: agent %s: host firewall: %s", agent.id, exc)
+
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Session status changes as they happen (until the caller stops iterating)."""
         with self._subscription() as queue:
@@ -367,11 +417,10 @@ class SessionManager(LoggingConfigurable):
         except ResourceError as exc:
             raise InvalidRequest(str(exc)) from exc
         await self._check_image(spec.image, spec.resource_group)
-        for entry in spec.mounts:
-            try:
-                parse_mount(entry, owner, self._folders_root())
-            except ValueError as exc:
-                raise InvalidRequest(f"mounts: {exc}") from exc
+        try:
+            await asyncio.to_thread(self._mounts, spec.mounts, owner, False)
+        except ValueError as exc:
+            raise InvalidRequest(f"mounts: {exc}") from exc
         resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
         spec.depends_on = builtins.list(dict.fromkeys(resolved))  # a name and its id: once
         session = Session.create(spec, owner, time.time())
@@ -564,6 +613,47 @@ class SessionManager(LoggingConfigurable):
     def _local_root(self) -> Path | None:
         return Path(self.local_kernels_dir) if self.local_kernels_dir else None
 
+    def mount_policy(self) -> MountPolicy:
+        """The allow-list and what is never mountable (this server's own files)."""
+        from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
+
+        from .agents.docker import _DEFAULT_RUNTIME_DIR, PACKAGE_DIR
+
+        forbidden: builtins.list[str | Path] = [
+            jupyter_runtime_dir(),
+            jupyter_data_dir(),
+            PACKAGE_DIR,
+            _DEFAULT_RUNTIME_DIR,
+        ]
+        if self.local_kernels_dir:
+            forbidden.append(self.local_kernels_dir)
+        store = self.store
+        database = store.engine.url.database if store is not None else None
+        sqlite = store is not None and store.engine.dialect.name == "sqlite"
+        if sqlite and database and database != ":memory:":
+            forbidden.append(Path(database).resolve().parent)
+        for agent in self._agents.values():
+            forbidden.extend(agent.private_paths())
+        return MountPolicy.build(self.allowed_host_paths, forbidden, self._folders_root())
+
+    def _mounts(self, entries: Iterable[str], owner: str, create: bool) -> builtins.list[Mount]:
+        """Parse and check ``mounts`` (blocking: resolves paths); create the owner's folders.
+
+        Only a named folder of the owner's is ever created; a host path must exist."""
+        policy = self.mount_policy()
+        checked = []
+        for entry in entries:
+            mount = policy.check(parse_mount(entry, owner, self._folders_root()), owner)
+            if mount.folder:
+                if create:
+                    Path(mount.source).mkdir(parents=True, exist_ok=True)
+                    # Created now: check again what it resolves to (nothing swapped in).
+                    mount = policy.check(mount, owner)
+            elif not Path(mount.source).exists():
+                raise MountRefused(f"{mount.source}: no such host path (none is created)")
+            checked.append(mount)
+        return checked
+
     def _folders_root(self) -> Path:
         if self.data_folders_root:
             return Path(self.data_folders_root)
@@ -710,9 +800,10 @@ class SessionManager(LoggingConfigurable):
                 "signature_scheme": "hmac-sha256",
                 "kernel_name": "python3",
             }
-        mounts = [parse_mount(m, session.owner, self._folders_root()) for m in session.spec.mounts]
-        for mount in mounts:
-            Path(mount.source).mkdir(parents=True, exist_ok=True)
+        try:
+            mounts = self._mounts(session.spec.mounts, session.owner, True)
+        except ValueError as exc:  # the policy or a template changed since it was created
+            raise AgentError(f"mounts: {exc}") from exc
         hook = self.kernel_env_hook
         extra_env = dict(hook(session.owner, agent.id)) if hook is not None else {}
         return [

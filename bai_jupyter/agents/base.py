@@ -98,6 +98,16 @@ class AgentBackend(abc.ABC):
         """
         return None
 
+    def private_paths(self) -> list[str]:
+        """Host paths of this agent's own (kernel dirs, bootstrap files, engine socket).
+
+        The manager's mount policy never lets a session mount them or anything holding them."""
+        return []
+
+    async def allow_host_ports(self, ports: list[int]) -> None:
+        """Let this agent's kernels reach these ports of the host (and no other)."""
+        return None  # backends without a host boundary (local processes): nothing to do
+
     async def has_image(self, image: str) -> bool:
         """Whether ``image`` is here to start kernels from (backends that run none: always)."""
         return True

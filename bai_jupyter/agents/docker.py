@@ -30,8 +30,10 @@ import io
 import json
 import logging
 import os
+import shlex
 import shutil
 import socket
+import subprocess
 import sys
 import tarfile
 import threading
@@ -43,6 +45,7 @@ from typing import Any, TypeVar
 
 import docker.errors
 from docker.client import DockerClient
+from docker.types.services import Mount as _SDKMount
 from jupyter_core.paths import jupyter_runtime_dir
 
 from ..cluster import CONFIG_DIR, LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, WORK_DIR, KernelPlan
@@ -63,6 +66,8 @@ log = logging.getLogger(__name__)
 #: The SDK has no type hints: we hold its objects as ``Any`` at this one boundary
 #: (calling its unannotated functions directly is an error under mypy --strict).
 _SDKClient: Any = DockerClient
+#: A bind mount (``docker.types.Mount``; unannotated, hence ``Any``).
+BindMount: Any = _SDKMount
 
 T = TypeVar("T")
 
@@ -87,11 +92,41 @@ TASK_TIMEOUT_MARK = "bai-runtime: task-timeout"
 DEFAULT_IMAGE = "bai-jupyter/python:3.11"
 
 _DEFAULT_RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+#: The only Linux capabilities a kernel keeps (all others are dropped): what sshd
+#: needs (privilege separation: SETUID, SETGID, SYS_CHROOT, AUDIT_WRITE; KILL,
+#: NET_BIND_SERVICE) and what ordinary code run as the container's root needs to manage
+#: its own files (CHOWN, DAC_OVERRIDE, FOWNER, FSETID). Dropped from Docker's default
+#: set: MKNOD, NET_RAW (raw sockets, spoofing), SETPCAP, SETFCAP.
+KEPT_CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETUID",
+    "SETGID",
+    "SYS_CHROOT",
+    "AUDIT_WRITE",
+    "NET_BIND_SERVICE",
+)
+#: The host's INPUT chain jumps here for traffic from kernels' bridges (see allow_host_ports).
+FIREWALL_CHAIN = "BAI-JUPYTER-INPUT"
+#: Session bridges get interface names with this prefix (15 characters at most), so one
+#: rule (``-i bai+``) covers every session network this engine makes.
+BRIDGE_PREFIX = "bai"
 _EVENT_ACTIONS = ("oom", "die", "destroy", "disconnect")
 #: Concurrent engine calls (one per kernel while a big session starts) reuse connections.
 _POOL_SIZE = 32
 #: How long die/destroy events of a session we removed are marked ``requested``.
 _REQUESTED_FOR = 120.0
+
+
+def _iptables(*args: str, check: bool = True) -> int:
+    """One iptables command (waiting for the xtables lock); its exit status."""
+    done = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, done.args, stderr=done.stderr)
+    return done.returncode
 
 
 def _network_name(session_id: str) -> str:
@@ -193,11 +228,15 @@ class DockerAgent(AgentBackend):
         pids_limit: int = 4096,
         runtime_dir: Path | None = None,
         publish_ports: bool | None = None,
+        disk_limit: str = "",
+        firewall: bool = True,
     ) -> None:
         """``endpoint``: ``None`` for the environment's engine (``DOCKER_HOST`` or the
         local socket), else a base URL such as ``unix:///var/run/docker.sock`` or
         ``tcp://host:2376``. ``capacity``: ``None`` means the engine's CPUs and
-        memory minus ``reserve`` (default 512 MiB of memory for the host itself)."""
+        memory minus ``reserve`` (default 512 MiB of memory for the host itself).
+        ``disk_limit``: size of each kernel's writable layer ('' = none) where the storage
+        driver supports it. ``firewall``: block kernels from the host (local engine, root)."""
         super().__init__(agent_id, resource_group)
         self.endpoint = endpoint
         self.pids_limit = pids_limit
@@ -216,6 +255,13 @@ class DockerAgent(AgentBackend):
             if publish_ports is not None
             else not (self.local and sys.platform.startswith("linux"))
         )
+        self.disk_limit = disk_limit
+        #: Whether the engine accepted ``storage_opt`` (``None``: not tried yet).
+        self._disk_limit_works: bool | None = None
+        self.firewall = firewall and self.local and sys.platform.startswith("linux")
+        #: This agent's own allow rules in the firewall chain (a comment tells them apart).
+        self._firewall_tag = f"bai-jupyter:{os.getpid()}:{id(self):x}"
+        self._firewall_on = False
         self._capacity = capacity
         self._client: Any = None
         self._client_lock = asyncio.Lock()
@@ -362,6 +408,84 @@ class DockerAgent(AgentBackend):
         gateway = configs[0].get("Gateway") if configs else None
         return str(gateway) if gateway else None
 
+    def private_paths(self) -> list[str]:
+        """Bootstrap files (session keys), the runtime, and the engine's own socket."""
+        paths = [str(self.bootstrap_root), str(self.runtime_dir)]
+        socket_path = _unix_socket(self.endpoint or os.environ.get("DOCKER_HOST"))
+        paths.append(socket_path or "/var/run/docker.sock")
+        return paths
+
+    async def allow_host_ports(self, ports: list[int]) -> None:
+        """Block this engine's kernels from the host except ``ports`` (kernel access).
+
+        Containers reach every host service bound to 0.0.0.0 through their bridges'
+        gateways. A chain of the host's INPUT (:data:`FIREWALL_CHAIN`) rejects new
+        connections from the egress bridge and every session bridge (``bai+``) except
+        to the allowed ports; several managers on one host share it, each adding its own
+        allow rules (tagged) and removing them on close. Needs iptables and root; else
+        a warning says the host is reachable from kernels."""
+        if not self.firewall:
+            return
+        api = await self._api()
+        await self._ensure_egress(api)
+        info = await self._call(
+            f"cannot inspect network {EGRESS_NETWORK}", api.inspect_network, EGRESS_NETWORK
+        )
+        options = info.get("Options") or {}
+        egress = options.get("com.docker.network.bridge.name") or f"br-{info['Id'][:12]}"
+        error = await asyncio.to_thread(self._firewall_apply, egress, sorted(set(ports)))
+        if error:
+            log.warning(
+                "agent %s: no host firewall (%s): kernels can reach every host service "
+                "listening on 0.0.0.0",
+                self.id,
+                error,
+            )
+        else:
+            self._firewall_on = True
+
+    def _firewall_apply(self, egress: str, ports: list[int]) -> str | None:
+        """Install the chain and this agent's allow rules; the reason it could not, else None."""
+        if os.geteuid() != 0:
+            return "not running as root"
+        if shutil.which("iptables") is None:
+            return "iptables is not installed"
+        chain = FIREWALL_CHAIN
+        try:
+            if _iptables("-L", chain, "-n", check=False) != 0:
+                _iptables("-N", chain)
+            tail = [
+                ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"],
+                ["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
+                ["-j", "REJECT"],
+            ]
+            for rule in tail:  # shared by every manager on the host: once, at the end
+                if _iptables("-C", chain, *rule, check=False) != 0:
+                    _iptables("-A", chain, *rule)
+            self._firewall_remove_own()
+            for port in ports:
+                _iptables(
+                    "-I", chain, "1", "-p", "tcp", "--dport", str(port),
+                    "-m", "comment", "--comment", self._firewall_tag, "-j", "RETURN",
+                )  # fmt: skip
+            for iface in (egress, f"{BRIDGE_PREFIX}+"):
+                jump = ["-i", iface, "-j", chain]
+                if _iptables("-C", "INPUT", *jump, check=False) != 0:
+                    _iptables("-I", "INPUT", "1", *jump)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            detail = getattr(exc, "stderr", None) or ""
+            return f"iptables failed: {exc} {detail}".strip()
+        return None
+
+    def _firewall_remove_own(self) -> None:
+        """Delete this agent's tagged allow rules (the shared chain stays)."""
+        listing = subprocess.run(
+            ["iptables", "-w", "-S", FIREWALL_CHAIN], capture_output=True, text=True, check=False
+        ).stdout
+        for line in listing.splitlines():
+            if self._firewall_tag in line and line.startswith("-A "):
+                _iptables("-D", *shlex.split(line)[1:], check=False)
+
     async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
         """Create every kernel's container, then start main1, then the rest; on any failure
         remove what exists of the session here and raise :class:`AgentError`."""
@@ -389,8 +513,9 @@ class DockerAgent(AgentBackend):
         if net != EGRESS_NETWORK:
             # Made while main1 is created on the egress bridge; sub kernels wait for it.
             labels = {LABEL_ROOT: "1", LABEL_SESSION: session_id}
+            bridge = {"com.docker.network.bridge.name": f"{BRIDGE_PREFIX}{session_id[:12]}"}
             net_ready = asyncio.ensure_future(
-                self._ensure_network(api, net, labels, internal=True, options={})
+                self._ensure_network(api, net, labels, internal=True, options=bridge)
             )
         if net == EGRESS_NETWORK or any(map(self._is_main, plans)):
             await self._ensure_egress(api)
@@ -487,25 +612,37 @@ class DockerAgent(AgentBackend):
             for spec in bootstrap.get("service_ports") or []:
                 publish[_parse_service_port(spec)[1]] = ("127.0.0.1",)
 
-        binds = [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in plan.mounts]
+        # Bind mounts of paths that must exist (the engine would create missing ones as root).
+        mounts = [
+            BindMount(m.target, m.source, type="bind", read_only=m.read_only) for m in plan.mounts
+        ]
         command = ["python3", RUNTIME_MOUNT]
         if self.local:
             command += ["--python-path", PACKAGE_ROOT]
-            await asyncio.to_thread(self._make_dirs, [Path(m.source) for m in plan.mounts])
-            binds.append(f"{self.runtime_dir}:{RUNTIME_MOUNT}:ro")
-            binds.append(f"{PACKAGE_DIR}:{PACKAGE_ROOT}/{PACKAGE_DIR.name}:ro")
+            await asyncio.to_thread(self._check_sources, [Path(m.source) for m in plan.mounts])
+            mounts.append(BindMount(RUNTIME_MOUNT, str(self.runtime_dir), read_only=True))
+            package = f"{PACKAGE_ROOT}/{PACKAGE_DIR.name}"
+            mounts.append(BindMount(package, str(PACKAGE_DIR), read_only=True))
             boot = await asyncio.to_thread(
                 self._write_bootstrap, session_id, plan.hostname, bootstrap
             )
-            binds.append(f"{boot}:{CONFIG_DIR}/bootstrap.json:ro")
+            mounts.append(BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), read_only=True))
         first_net = EGRESS_NETWORK if publish else net
-        host_config = api.create_host_config(
-            binds=binds,
-            init=True,
-            port_bindings=(publish or None) if self.publish else None,
-            network_mode=first_net,
-            **self._limits(plan),
-        )
+        disk = self.disk_limit if self._disk_limit_works is not False else ""
+
+        def host_config(disk: str) -> Any:
+            return api.create_host_config(
+                mounts=mounts,
+                init=True,
+                port_bindings=(publish or None) if self.publish else None,
+                network_mode=first_net,
+                cap_drop=["ALL"],
+                cap_add=list(KEPT_CAPABILITIES),
+                security_opt=["no-new-privileges"],
+                storage_opt={"size": disk} if disk else None,
+                **self._limits(plan),
+            )
+
         # No alias on the shared bridge: "main1" must resolve only inside its session.
         endpoint = api.create_endpoint_config(
             aliases=None if first_net == EGRESS_NETWORK else [plan.hostname]
@@ -513,9 +650,9 @@ class DockerAgent(AgentBackend):
         what = f"cannot create kernel {plan.hostname} of session {session_id}"
         if first_net == net and net_ready is not None:
             await net_ready
-        try:
-            created = await asyncio.to_thread(
-                api.create_container,
+
+        def create(disk: str) -> Any:
+            return api.create_container(
                 plan.image,
                 command=command,
                 name=_container_name(session_id, plan.hostname),
@@ -524,9 +661,28 @@ class DockerAgent(AgentBackend):
                 environment=plan.env,
                 working_dir=WORK_DIR,
                 ports=list(publish) or None,
-                host_config=host_config,
+                host_config=host_config(disk),
                 networking_config=api.create_networking_config({first_net: endpoint}),
             )
+
+        try:
+            try:
+                created = await asyncio.to_thread(create, disk)
+                if disk:
+                    self._disk_limit_works = True
+            except docker.errors.APIError as exc:
+                if not disk or "storage" not in _explain(exc).lower():
+                    raise
+                # The storage driver has no size limit (overlay2 needs xfs with pquota).
+                if self._disk_limit_works is None:
+                    log.warning(
+                        "agent %s: kernel_disk_limit %s not applied: %s",
+                        self.id,
+                        disk,
+                        _explain(exc),
+                    )
+                self._disk_limit_works = False
+                created = await asyncio.to_thread(create, "")
         except docker.errors.ImageNotFound as exc:
             hint = (
                 "build it with `bai-jupyter image build`"
@@ -572,15 +728,11 @@ class DockerAgent(AgentBackend):
         return path
 
     @staticmethod
-    def _make_dirs(paths: list[Path]) -> None:
-        """Create missing data folders as the calling user (the engine would make them root's)."""
+    def _check_sources(paths: list[Path]) -> None:
+        """Every mount source exists: none is created here (the manager makes data folders)."""
         for path in paths:
-            try:
-                path.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise AgentError(
-                    f"cannot create data folder {path}: {exc.strerror or exc}"
-                ) from exc
+            if not path.exists():
+                raise AgentError(f"cannot mount {path}: no such host path")
 
     async def _started(self, api: Any, plan: KernelPlan, cid: str) -> KernelStarted:
         """Read back the host ports the engine picked for a started kernel."""
@@ -916,6 +1068,9 @@ class DockerAgent(AgentBackend):
             await asyncio.to_thread(self._watcher.join, 5)
         if self._queue is not None:
             self._queue.put_nowait(None)
+        if self._firewall_on:
+            await asyncio.to_thread(self._firewall_remove_own)
+            self._firewall_on = False
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
             self._client = None

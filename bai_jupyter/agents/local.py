@@ -235,6 +235,10 @@ class LocalAgent(AgentBackend):
             raise AgentError(f"session {session_id}: could not start kernels: {first}") from first
         return [r for r in results if isinstance(r, KernelStarted)]
 
+    def private_paths(self) -> list[str]:
+        """The kernels' private dirs (Jupyter keys, bootstrap files)."""
+        return [str(self.root)]
+
     async def _start_one(self, plan: KernelPlan) -> KernelStarted:
         kdir = self.root / plan.session_id / plan.hostname
         boot = copy.deepcopy(plan.bootstrap)

@@ -142,6 +142,8 @@ class BaiJupyterApp(ExtensionApp):
         manager.kernel_env_hook = lambda owner, agent_id: access.environ(
             owner, addresses.get(agent_id)
         )
+        # The host firewall lets kernels reach these listeners and no other host port.
+        await manager.allow_host_ports(access.ports())
         for address, url in access.urls.items():
             self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
 

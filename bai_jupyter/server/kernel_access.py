@@ -15,6 +15,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import socket
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -86,6 +87,7 @@ class KernelAccess:
     def __init__(self, secret: str) -> None:
         self.tokens = OwnerTokens(secret)
         self._servers: list[HTTPServer] = []
+        self._sockets: list[socket.socket] = []
         #: Host address → the base URL kernels use there.
         self.urls: dict[str, str] = {}
 
@@ -123,9 +125,14 @@ class KernelAccess:
                 sockets = bind_sockets(0, address)
             server = HTTPServer(app, xheaders=False)
             server.add_sockets(sockets)
+            self._sockets.extend(sockets)
             self._servers.append(server)
             port = sockets[0].getsockname()[1]
             self.urls[address] = f"http://{address}:{port}{base_url}"
+
+    def ports(self) -> list[int]:
+        """The ports listened on (what the host firewall lets kernels reach)."""
+        return sorted({s.getsockname()[1] for s in self._sockets})
 
     def environ(self, owner: str, address: str | None) -> dict[str, str]:
         """What a kernel of ``owner`` reaching the host at ``address`` needs to call home."""
@@ -138,4 +145,5 @@ class KernelAccess:
         for server in self._servers:
             server.stop()
         self._servers.clear()
+        self._sockets.clear()
         self.urls.clear()
