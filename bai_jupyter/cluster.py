@@ -175,7 +175,10 @@ class MountPolicy:
 
     def check(self, mount: Mount, owner: str) -> Mount:
         """The mount with its source resolved (and read-only where forced); else refused."""
-        real = os.path.realpath(mount.source)
+        try:
+            real = os.path.realpath(mount.source)
+        except OSError as exc:  # e.g. a /proc link it may not follow
+            raise MountRefused(f"{mount.source}: cannot be resolved ({exc.strerror})") from exc
         mine = str(Path(self.folders_root) / owner_dir(owner))
         shown = mount.source if real == mount.source else f"{mount.source} (resolves to {real})"
         if _within(real, self.folders_root):

@@ -230,8 +230,10 @@ def h(engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data folder that does not exist yet: the agent must create it."""
-    return tmp_path_factory.mktemp("data") / "not-yet" / "there"
+    """A data folder (the manager creates data folders; the agent creates none)."""
+    path = tmp_path_factory.mktemp("data") / "folder"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -336,8 +338,7 @@ def test_bootstrap_and_mounts(
     denied = h.run(h.agent.exec(main_id, ["touch", f"{RUNTIME_MOUNT}/x"]))
     assert denied.exit_code != 0 and "Read-only" in denied.output
     assert _exec_ok(h, main_id, "pwd").strip() == cluster.WORK_DIR
-    # The data folder was created on the host and is shared by every kernel.
-    assert data_dir.is_dir()
+    # The data folder is shared by every kernel.
     _exec_ok(h, sub1_id, "sh", "-c", "echo hello > /home/work/data/from-sub1")
     assert _exec_ok(h, main_id, "cat", "/home/work/data/from-sub1") == "hello\n"
 

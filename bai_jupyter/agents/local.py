@@ -595,7 +595,8 @@ def _prepare_dirs(kdir: Path, boot: dict[str, Any], mounts: list[Mount]) -> None
         if not name or name in {".", ".."}:
             raise AgentError(f"data folder target {mount.target!r} has no usable name")
         source = Path(mount.source).expanduser().resolve()
-        source.mkdir(parents=True, exist_ok=True)
+        if not source.exists():  # none is created here: the manager makes data folders
+            raise AgentError(f"cannot mount {source}: no such host path")
         link = work / name
         if link.is_symlink():
             link.unlink()
