@@ -233,7 +233,7 @@ async def test_container_mounts_capabilities_and_privileges(
         assert mounts["/home/work/rw"]["RW"] is True
         assert mounts["/home/work/data"]["Source"] == f"{tmp_path}/folders/alice/data"
     # sshd still works with the capabilities left, and the ro mount is read-only inside.
-    result = await mgr.exec(session.id, ["ssh", "-o", "BatchMode=yes", "sub1", "hostname"])
+    result = await mgr.exec(session.id, ["sh", "-c", "ssh -o BatchMode=yes sub1 hostname"])
     assert result.exit_code == 0 and result.output.strip() == "sub1", result.output
     result = await mgr.exec(session.id, ["touch", "/mnt/ro/x"])
     assert result.exit_code != 0 and "Read-only" in result.output

@@ -258,6 +258,7 @@ class DockerAgent(AgentBackend):
         self.disk_limit = disk_limit
         #: Whether the engine accepted ``storage_opt`` (``None``: not tried yet).
         self._disk_limit_works: bool | None = None
+        self._disk_lock = asyncio.Lock()
         self.firewall = firewall and self.local and sys.platform.startswith("linux")
         #: This agent's own allow rules in the firewall chain (a comment tells them apart).
         self._firewall_tag = f"bai-jupyter:{os.getpid()}:{id(self):x}"
@@ -620,15 +621,19 @@ class DockerAgent(AgentBackend):
         if self.local:
             command += ["--python-path", PACKAGE_ROOT]
             await asyncio.to_thread(self._check_sources, [Path(m.source) for m in plan.mounts])
-            mounts.append(BindMount(RUNTIME_MOUNT, str(self.runtime_dir), read_only=True))
+            mounts.append(
+                BindMount(RUNTIME_MOUNT, str(self.runtime_dir), type="bind", read_only=True)
+            )
             package = f"{PACKAGE_ROOT}/{PACKAGE_DIR.name}"
-            mounts.append(BindMount(package, str(PACKAGE_DIR), read_only=True))
+            mounts.append(BindMount(package, str(PACKAGE_DIR), type="bind", read_only=True))
             boot = await asyncio.to_thread(
                 self._write_bootstrap, session_id, plan.hostname, bootstrap
             )
-            mounts.append(BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), read_only=True))
+            mounts.append(
+                BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), type="bind", read_only=True)
+            )
         first_net = EGRESS_NETWORK if publish else net
-        disk = self.disk_limit if self._disk_limit_works is not False else ""
+        disk = await self._disk_option(api, plan.image)
 
         def host_config(disk: str) -> Any:
             return api.create_host_config(
@@ -666,23 +671,7 @@ class DockerAgent(AgentBackend):
             )
 
         try:
-            try:
-                created = await asyncio.to_thread(create, disk)
-                if disk:
-                    self._disk_limit_works = True
-            except docker.errors.APIError as exc:
-                if not disk or "storage" not in _explain(exc).lower():
-                    raise
-                # The storage driver has no size limit (overlay2 needs xfs with pquota).
-                if self._disk_limit_works is None:
-                    log.warning(
-                        "agent %s: kernel_disk_limit %s not applied: %s",
-                        self.id,
-                        disk,
-                        _explain(exc),
-                    )
-                self._disk_limit_works = False
-                created = await asyncio.to_thread(create, "")
+            created = await asyncio.to_thread(create, disk)
         except docker.errors.ImageNotFound as exc:
             hint = (
                 "build it with `bai-jupyter image build`"
@@ -713,6 +702,40 @@ class DockerAgent(AgentBackend):
                 archive,
             )
         return cid, plan.hostname
+
+    async def _disk_option(self, api: Any, image: str) -> str:
+        """``disk_limit`` where the storage driver takes a size, else '' (warned once).
+
+        Probed once with a throwaway, unlabelled container: a refused kernel container
+        would still send a ``destroy`` event the manager reads as the kernel's death."""
+        if not self.disk_limit:
+            return ""
+        async with self._disk_lock:
+            if self._disk_limit_works is None:
+
+                def probe() -> str | None:
+                    config = api.create_host_config(storage_opt={"size": self.disk_limit})
+                    try:
+                        made = api.create_container(image, command=["true"], host_config=config)
+                    except docker.errors.ImageNotFound:
+                        return ""  # the kernel's own create says so; probe again later
+                    except docker.errors.APIError as exc:
+                        return _explain(exc)
+                    api.remove_container(made["Id"], force=True)
+                    return None
+
+                error = await self._call("cannot probe kernel_disk_limit", probe)
+                if error:
+                    log.warning(
+                        "agent %s: kernel_disk_limit %s not applied (the storage driver "
+                        "cannot limit a container's size here): %s",
+                        self.id,
+                        self.disk_limit,
+                        error,
+                    )
+                if error != "":
+                    self._disk_limit_works = error is None
+        return self.disk_limit if self._disk_limit_works else ""
 
     def _write_bootstrap(self, session_id: str, hostname: str, bootstrap: dict[str, Any]) -> Path:
         """The runtime's instructions in a private host file, bind-mounted read-only.
