@@ -26,19 +26,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import io
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -127,6 +130,93 @@ def _iptables(*args: str, check: bool = True) -> int:
     if check and done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, done.args, stderr=done.stderr)
     return done.returncode
+
+
+_FIREWALL_LOCK = Path(tempfile.gettempdir()) / "bai-jupyter-firewall.lock"
+_FIREWALL_TAG = re.compile(r"bai-jupyter:(\d+):")
+#: Rules at the end of the chain, shared by every manager of this host.
+_FIREWALL_TAIL = (
+    ("-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"),
+    ("-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"),
+    ("-j", "REJECT"),
+)
+
+
+@contextlib.contextmanager
+def _firewall_locked() -> Iterator[None]:
+    """One manager of this host at a time edits the chain (iptables -w locks one command)."""
+    with _FIREWALL_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _rules(chain: str) -> list[str]:
+    listing = subprocess.run(
+        ["iptables", "-w", "-S", chain], capture_output=True, text=True, check=False
+    ).stdout
+    return [line for line in listing.splitlines() if line.startswith("-A ")]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _drop_stale(tag: str) -> bool:
+    """Delete ``tag``'s rules and those of dead processes; whether any manager's remain."""
+    others = False
+    for line in _rules(FIREWALL_CHAIN):
+        found = _FIREWALL_TAG.search(line)
+        if found is None:
+            continue
+        if tag in line or not _pid_alive(int(found.group(1))):
+            _iptables("-D", *shlex.split(line)[1:], check=False)
+        else:
+            others = True
+    return others
+
+
+def firewall_install(tag: str, egress: str, ports: list[int]) -> None:
+    """Kernels' bridges (``egress`` and ``bai+``) reach the host only at allowed ports.
+
+    Each manager's rules carry its ``tag`` (a comment): a marker rule that matches
+    nothing (so that its presence keeps the chain) and one RETURN per allowed port."""
+    chain = FIREWALL_CHAIN
+    with _firewall_locked():
+        if _iptables("-L", chain, "-n", check=False) != 0:
+            _iptables("-N", chain)
+        for rule in _FIREWALL_TAIL:
+            if _iptables("-C", chain, *rule, check=False) != 0:
+                _iptables("-A", chain, *rule)
+        _drop_stale(tag)
+        comment = ("-m", "comment", "--comment", tag)
+        _iptables("-I", chain, "1", "-s", "255.255.255.255/32", *comment, "-j", "RETURN")
+        for port in ports:
+            _iptables("-I", chain, "1", "-p", "tcp", "--dport", str(port), *comment, "-j", "RETURN")
+        for iface in (egress, f"{BRIDGE_PREFIX}+"):
+            jump = ("-i", iface, "-j", chain)
+            if _iptables("-C", "INPUT", *jump, check=False) != 0:
+                _iptables("-I", "INPUT", "1", *jump)
+
+
+def firewall_remove(tag: str) -> None:
+    """Delete ``tag``'s rules; the last manager out removes the chain and its jumps."""
+    with _firewall_locked():
+        if _drop_stale(tag):
+            return
+        for line in _rules("INPUT"):
+            if line.endswith(f"-j {FIREWALL_CHAIN}"):
+                _iptables("-D", *shlex.split(line)[1:], check=False)
+        _iptables("-F", FIREWALL_CHAIN, check=False)
+        _iptables("-X", FIREWALL_CHAIN, check=False)
 
 
 def _network_name(session_id: str) -> str:
@@ -451,41 +541,12 @@ class DockerAgent(AgentBackend):
             return "not running as root"
         if shutil.which("iptables") is None:
             return "iptables is not installed"
-        chain = FIREWALL_CHAIN
         try:
-            if _iptables("-L", chain, "-n", check=False) != 0:
-                _iptables("-N", chain)
-            tail = [
-                ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"],
-                ["-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
-                ["-j", "REJECT"],
-            ]
-            for rule in tail:  # shared by every manager on the host: once, at the end
-                if _iptables("-C", chain, *rule, check=False) != 0:
-                    _iptables("-A", chain, *rule)
-            self._firewall_remove_own()
-            for port in ports:
-                _iptables(
-                    "-I", chain, "1", "-p", "tcp", "--dport", str(port),
-                    "-m", "comment", "--comment", self._firewall_tag, "-j", "RETURN",
-                )  # fmt: skip
-            for iface in (egress, f"{BRIDGE_PREFIX}+"):
-                jump = ["-i", iface, "-j", chain]
-                if _iptables("-C", "INPUT", *jump, check=False) != 0:
-                    _iptables("-I", "INPUT", "1", *jump)
+            firewall_install(self._firewall_tag, egress, ports)
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = getattr(exc, "stderr", None) or ""
             return f"iptables failed: {exc} {detail}".strip()
         return None
-
-    def _firewall_remove_own(self) -> None:
-        """Delete this agent's tagged allow rules (the shared chain stays)."""
-        listing = subprocess.run(
-            ["iptables", "-w", "-S", FIREWALL_CHAIN], capture_output=True, text=True, check=False
-        ).stdout
-        for line in listing.splitlines():
-            if self._firewall_tag in line and line.startswith("-A "):
-                _iptables("-D", *shlex.split(line)[1:], check=False)
 
     async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
         """Create every kernel's container, then start main1, then the rest; on any failure
@@ -1092,7 +1153,7 @@ class DockerAgent(AgentBackend):
         if self._queue is not None:
             self._queue.put_nowait(None)
         if self._firewall_on:
-            await asyncio.to_thread(self._firewall_remove_own)
+            await asyncio.to_thread(firewall_remove, self._firewall_tag)
             self._firewall_on = False
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
