@@ -126,7 +126,8 @@ def collect(agent: LocalAgent) -> tuple[list[KernelEvent], asyncio.Task[None]]:
 def test_cluster_kernels_environment_dirs_and_shared_data_folder(
     root: Path, tmp_path: Path
 ) -> None:
-    data = tmp_path / "data" / "shared"  # does not exist yet: the agent creates it
+    data = tmp_path / "data" / "shared"  # the manager creates data folders, agents none
+    data.mkdir(parents=True)
     session, plans = make_plans(SessionType.INFERENCE, 3, [Mount(str(data), "/home/work/shared")])
     ids = {plan.hostname: plan.kernel_id for plan in plans}
 

@@ -242,3 +242,27 @@ async def test_container_mounts_capabilities_and_privileges(
     assert result.exit_code != 0, result.output
     status = await mgr.exec(session.id, ["grep", "NoNewPrivs", "/proc/self/status"])
     assert status.output.split() == ["NoNewPrivs:", "1"]
+
+
+async def test_local_backend_applies_the_same_policy(tmp_path: Path) -> None:
+    """The local agent goes through the manager: same refusals, own folder made there."""
+    manager = SessionManager(
+        store_url=f"sqlite:///{tmp_path}/store.sqlite",
+        backend="local",
+        data_folders_root=str(tmp_path / "folders"),
+        local_kernels_dir=str(tmp_path / "kernels"),
+        pass_interval=0.5,
+    )
+    await manager.start()
+    try:
+        for entry in ("/", "/proc", f"{tmp_path}:/mnt/t", f"{tmp_path}/kernels:/mnt/k"):
+            with pytest.raises(InvalidRequest, match="mounts:"):
+                await manager.create({"mounts": [entry]}, "alice")
+        session = await manager.create(
+            {"type": "batch", "startup_command": "ls -d data", "mounts": ["data"]}, "..", None
+        )
+        done = await manager.wait_for(session.id, {Status.TERMINATED}, timeout=60)
+        assert done.exit_code == 0, done.status_data
+        assert [p.name for p in (tmp_path / "folders").iterdir()] == [owner_dir("..")]
+    finally:
+        await manager.stop()
