@@ -640,6 +640,9 @@ class SessionManager(LoggingConfigurable):
         """Parse and check ``mounts`` (blocking: resolves paths); create the owner's folders.
 
         Only a named folder of the owner's is ever created; a host path must exist."""
+        entries = builtins.list(entries)
+        if not entries:
+            return []
         policy = self.mount_policy()
         checked = []
         for entry in entries:
