@@ -1,7 +1,7 @@
 """The default kernel image: Debian bookworm with python3, ipykernel and sshd.
 
 Any image with ``python3``, ``ipykernel`` and ``sshd`` can run a session (see
-DESIGN.md); this module builds the one we use by default, from ONE package list
+docs/architecture.md); this module builds the one we use by default, from ONE package list
 (:data:`PACKAGES`) and ONE install script (``kernel_image/setup.sh``) through
 either of two recipes, so they cannot drift:
 

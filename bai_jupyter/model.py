@@ -12,7 +12,7 @@ from .resources import ResourceSlot
 
 
 class Status(str, Enum):
-    """Lifecycle state of a session or of one of its kernels (DESIGN.md)."""
+    """Lifecycle state of a session or of one of its kernels (docs/architecture.md)."""
 
     PENDING = "PENDING"
     SCHEDULED = "SCHEDULED"
