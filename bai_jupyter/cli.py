@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import __version__, image, kernelspecs
+from .resources import format_amount
 from .scheduler.simulator import (
     METRICS_HELP,
     Overrides,
@@ -101,7 +102,9 @@ def _configure_kernelspec(parser: argparse.ArgumentParser) -> None:
         "install",
         help="install (or replace) a kernelspec whose kernel runs as main1 of a session",
         description="Install a kernelspec on the bai provisioner. Settings left out come "
-        "from --template, else the manager's defaults; bad values are refused here.",
+        "from --template, else the manager's defaults; bad values are refused here. "
+        "Without --template or --session, a --cpu or --mem left out is derived from "
+        "this machine: the session asks for half of one agent, split among its kernels.",
     )
     install.add_argument("name", metavar="NAME", help="kernelspec name, e.g. py-cluster-3")
     install.add_argument("--display-name", metavar="T", help="name shown in JupyterLab")
@@ -147,8 +150,21 @@ def _run_kernelspec_install(args: argparse.Namespace) -> int:
     resources = {slot: getattr(args, slot) for slot in ("cpu", "mem") if getattr(args, slot)}
     if resources:
         config["resources"] = resources
-    display = args.display_name or kernelspecs.default_display_name(args.cluster_size)
     try:
+        kernelspecs.kernelspec_json("-", config, args.interrupt_mode)  # checked before probing
+        if len(resources) < 2 and args.template is None and args.session is None:
+            # A share of this machine's agent for what is left out (see docs/kernels.md).
+            derived = kernelspecs.derive_resources(
+                kernelspecs.machine_capacity(), args.cluster_size or 1
+            )
+            resources = {
+                **{slot: format_amount(slot, amount) for slot, amount in derived.items()},
+                **resources,
+            }
+            config["resources"] = resources
+        display = args.display_name or kernelspecs.default_display_name(
+            args.cluster_size, resources
+        )
         spec = kernelspecs.kernelspec_json(display, config, args.interrupt_mode)
         path = kernelspecs.install(
             args.name,

@@ -4,29 +4,41 @@ A kernelspec names the ``bai`` provisioner and carries its settings in
 ``metadata.kernel_provisioner.config``; the values are checked here, at install
 time, with the same rules as a session request, so a bad one never reaches a
 user's launcher.
+
+Installed with no resources of their own, a kernelspec asks for a share of the
+machine's agents (:func:`derive_resources`), so the queue and the limits are what a
+user meets first; its display name says the size and the resources, and its
+launcher card shows the bai logo.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from .resources import ResourceError
+from .resources import Amount, ResourceError, ResourceSlot
+from .scheduler.config import MIN_RESOURCES
 from .templates import SpecError, parse_spec
 
 __all__ = [
     "InstalledKernelspec",
     "KernelspecError",
     "default_display_name",
+    "derive_resources",
     "install",
     "installed",
     "kernelspec_json",
+    "machine_capacity",
 ]
 
 PROVISIONER = "bai"
@@ -36,6 +48,14 @@ INTERRUPT_MODES = ("signal", "message")
 #: Provisioner settings that are not fields of a session request.
 _PROVISIONER_ONLY = ("template", "launch_timeout", "session")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$", re.IGNORECASE)
+#: The launcher card's icons, copied into every bai kernelspec's directory.
+LOGO_DIR = Path(__file__).parent / "kernelspec_logo"
+LOGO_FILES = ("logo-32x32.png", "logo-64x64.png", "logo-svg.svg")
+#: The share of one agent a derived session asks for, all its kernels together: two
+#: such sessions run side by side and a third queues.
+MACHINE_SHARE = Decimal("0.5")
+_GIB = Decimal(1024**3)
+_MIB = Decimal(1024**2)
 
 
 class KernelspecError(ValueError):
@@ -50,9 +70,92 @@ class InstalledKernelspec:
     config: dict[str, Any]
 
 
-def default_display_name(cluster_size: int | None) -> str:
+def _floor(amount: Decimal, step: Decimal) -> Decimal:
+    return (amount / step).to_integral_value(ROUND_FLOOR) * step
+
+
+def _round_cpu(cpu: Decimal) -> Decimal:
+    """Down to a number a person would pick: halves from 1 up, tenths, then hundredths."""
+    step = Decimal("0.5") if cpu >= 1 else Decimal("0.1") if cpu >= Decimal("0.1") else None
+    return _floor(cpu, step or Decimal("0.01")).normalize()
+
+
+def _round_mem(mem: Decimal) -> Decimal:
+    """Down to quarters of a GiB from 1 GiB up, else to 64 MiB (whole bytes below that)."""
+    step = _GIB / 4 if mem >= _GIB else 64 * _MIB if mem >= 64 * _MIB else Decimal(1)
+    return _floor(mem, step)
+
+
+def derive_resources(
+    capacity: ResourceSlot,
+    cluster_size: int = 1,
+    share: Decimal = MACHINE_SHARE,
+    min_resources: ResourceSlot = MIN_RESOURCES,
+) -> ResourceSlot:
+    """Per-kernel ``cpu`` and ``mem`` for a session of ``cluster_size`` kernels that asks
+    for ``share`` of an agent of ``capacity``, rounded down to plain numbers and never
+    below ``min_resources``. All kernels together always fit in ``capacity`` (the
+    scheduler's single-node rule): KernelspecError when even the minimum cannot."""
+    if cluster_size < 1:
+        raise KernelspecError(f"cluster_size: must be at least 1, got {cluster_size}")
+    if not Decimal(0) < share <= 1:
+        raise KernelspecError(f"share: must be in (0, 1], got {share}")
+    derived: dict[str, Decimal] = {}
+    for slot, rounding in (("cpu", _round_cpu), ("mem", _round_mem)):
+        have = capacity.get_amount(slot)
+        least = min_resources.get_amount(slot)
+        amount = max(rounding(have * share / cluster_size), least)
+        if amount * cluster_size > have:  # the share rounded up to the minimum: use it all
+            amount = max(rounding(have / cluster_size), least)
+        if amount * cluster_size > have:
+            raise KernelspecError(
+                f"resources.{slot}: {cluster_size} kernel(s) of at least "
+                f"{ResourceSlot({slot: least}).describe()} do not fit this machine's "
+                f"agent ({capacity.describe()}); give --cpu and --mem, or a smaller "
+                "--cluster-size"
+            )
+        derived[slot] = amount
+    return ResourceSlot(derived)
+
+
+def machine_capacity() -> ResourceSlot:
+    """What one agent of this machine offers, as the manager would find it with no
+    ``agents`` configured: the local Docker engine's CPUs and memory, else this host's,
+    less the agents' default reserve. Blocking (a CLI helper, not for the server)."""
+    from .agents.docker import DockerAgent
+    from .agents.local import LocalAgent
+
+    async def probe() -> ResourceSlot:
+        if await DockerAgent.engine_answers(None):
+            docker = DockerAgent("docker", firewall=False)
+            try:
+                return await docker.capacity()
+            finally:
+                await docker.close()
+        return await LocalAgent("local").capacity()
+
+    return asyncio.run(probe())
+
+
+def _describe_amount(slot: str, amount: Decimal) -> str:
+    if slot == "mem":
+        gib = amount / _GIB
+        if gib >= 1:
+            return f"{gib.quantize(Decimal('0.01')).normalize():f} GiB"
+        return f"{(amount / _MIB).quantize(Decimal('1')):f} MiB"
+    return f"{amount.normalize():f} {'GPU' if slot == 'cuda.device' else 'CPU'}"
+
+
+def default_display_name(
+    cluster_size: int | None, resources: Mapping[str, Amount] | None = None
+) -> str:
+    """The launcher's name: ``Python 3 · bai cluster ×3 · 1 CPU · 2 GiB``, so the card
+    says what a click asks for (resources left out are not named)."""
     size = cluster_size or 1
-    return "Python 3 (bai)" if size == 1 else f"Python 3 (bai cluster ×{size})"
+    parts = ["Python 3", "bai" if size == 1 else f"bai cluster ×{size}"]
+    slots = ResourceSlot(resources or {})
+    parts += [_describe_amount(slot, amount) for slot, amount in slots.items()]
+    return " · ".join(parts)
 
 
 def kernelspec_json(
@@ -98,6 +201,8 @@ def install(
         )
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
+        for logo in LOGO_FILES:
+            shutil.copyfile(LOGO_DIR / logo, Path(tmp) / logo)
         return str(KernelSpecManager().install_kernel_spec(tmp, name, user=user, prefix=prefix))
 
 
