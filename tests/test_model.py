@@ -31,7 +31,7 @@ from bai_jupyter.resources import ResourceError, ResourceSlot
 S = Status
 STARTING = [S.SCHEDULED, S.PREPARING, S.PULLING, S.PREPARED, S.CREATING]
 
-#: The lifecycle of docs/architecture.md, written out pair by pair (independently of model.TRANSITIONS).
+#: The lifecycle of docs/architecture.md, pair by pair (independently of model.TRANSITIONS).
 LEGAL: set[tuple[Status, Status]] = {
     # the main line, PULLING optional
     (S.PENDING, S.SCHEDULED),
