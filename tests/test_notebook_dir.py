@@ -63,8 +63,8 @@ def server(
         "bai-nb": {"resources": SMALL},
         "bai-nb-off": {"resources": SMALL, "mount_notebook_dir": False},
     }
-    for name, config in specs.items():
-        spec = kernelspecs.kernelspec_json(name, config)
+    for name, conf in specs.items():
+        spec = kernelspecs.kernelspec_json(name, conf)
         folder = home / "data" / "kernels" / name
         folder.mkdir(parents=True)
         (folder / "kernel.json").write_text(json.dumps(spec))
@@ -136,11 +136,13 @@ async def test_turned_off_the_kernel_sees_none_of_it(
 
 @pytest.fixture
 async def manager(tmp_path: Path) -> AsyncIterator[SessionManager]:
+    """A local-backend manager whose own files are all under ``tmp_path/srv``."""
+    (tmp_path / "srv").mkdir()
     mgr = SessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
+        store_url=f"sqlite:///{tmp_path}/srv/store.sqlite",
         backend="local",
-        data_folders_root=str(tmp_path / "folders"),
-        local_kernels_dir=str(tmp_path / "kernels"),
+        data_folders_root=str(tmp_path / "srv" / "folders"),
+        local_kernels_dir=str(tmp_path / "srv" / "kernels"),
     )
     await mgr.start()
     try:
@@ -162,11 +164,11 @@ async def test_a_forbidden_root_is_not_mounted_and_says_why(
     session = _session(str(tmp_path))
     agent = next(iter(manager._agents.values()))
     manager.log = logging.getLogger("test-notebook-dir")
-    (tmp_path / "kernels").mkdir(exist_ok=True)
+    (tmp_path / "srv" / "kernels").mkdir(parents=True, exist_ok=True)
     forbidden = {
         "/": "contains every user's data folders",  # and the Docker socket, /proc …
-        str(tmp_path): "contains every user's data folders",  # and the store
-        str(tmp_path / "kernels"): "which is never mountable",  # the local kernels' keys
+        str(tmp_path / "srv"): "contains every user's data folders",  # and the store
+        str(tmp_path / "srv" / "kernels"): "which is never mountable",  # the kernels' keys
     }
     for root, why in forbidden.items():
         manager.notebook_root = root
