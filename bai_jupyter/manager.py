@@ -622,13 +622,14 @@ class SessionManager(LoggingConfigurable):
 
     def mount_policy(self, trusted: Iterable[str] = ()) -> MountPolicy:
         """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
-        from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
+        from jupyter_core.paths import jupyter_config_dir, jupyter_data_dir, jupyter_runtime_dir
 
         from .agents.docker import _DEFAULT_RUNTIME_DIR, PACKAGE_DIR
 
         forbidden: builtins.list[str | Path] = [
             jupyter_runtime_dir(),
             jupyter_data_dir(),
+            jupyter_config_dir(),  # server config is code: a kernel must not write it
             PACKAGE_DIR,
             _DEFAULT_RUNTIME_DIR,
         ]

@@ -159,16 +159,23 @@ def _session(notebook_dir: str) -> Session:
 
 
 async def test_a_forbidden_root_is_not_mounted_and_says_why(
-    manager: SessionManager, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    manager: SessionManager,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     session = _session(str(tmp_path))
     agent = next(iter(manager._agents.values()))
     manager.log = logging.getLogger("test-notebook-dir")
     (tmp_path / "srv" / "kernels").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "home" / ".jupyter").mkdir(parents=True)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "home" / ".jupyter"))
     forbidden = {
         "/": "contains every user's data folders",  # and the Docker socket, /proc …
         str(tmp_path / "srv"): "contains every user's data folders",  # and the store
         str(tmp_path / "srv" / "kernels"): "which is never mountable",  # the kernels' keys
+        # A home holding the Jupyter config (code the server runs at start).
+        str(tmp_path / "home"): "/.jupyter, which is never mountable",
     }
     for root, why in forbidden.items():
         manager.notebook_root = root
