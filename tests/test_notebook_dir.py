@@ -54,11 +54,8 @@ def notebooks(tmp_path_factory: pytest.TempPathFactory, backend: str) -> Path:
     return Path(os.path.realpath(root))
 
 
-@pytest.fixture(scope="module")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, backend: str, notebooks: Path
-) -> Iterator[Server]:
-    home = tmp_path_factory.mktemp(f"server-{backend}")
+def _kernelspecs(home: Path) -> None:
+    """``bai-nb`` (the default: mounted) and ``bai-nb-off`` in the server's data dir."""
     specs: dict[str, dict[str, Any]] = {
         "bai-nb": {"resources": SMALL},
         "bai-nb-off": {"resources": SMALL, "mount_notebook_dir": False},
@@ -68,6 +65,14 @@ def server(
         folder = home / "data" / "kernels" / name
         folder.mkdir(parents=True)
         (folder / "kernel.json").write_text(json.dumps(spec))
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, backend: str, notebooks: Path
+) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp(f"server-{backend}")
+    _kernelspecs(home)
     config = f"c.ServerApp.root_dir = {str(notebooks)!r}\nc.SessionManager.backend = {backend!r}\n"
     with serving(home, config) as running:
         yield running
@@ -129,6 +134,30 @@ async def test_turned_off_the_kernel_sees_none_of_it(
         assert not cwd.startswith(str(notebooks))
         if backend == "docker":
             assert (cwd, mounted) == (WORK_DIR, "False")
+
+
+@pytest.mark.parametrize("choice", ["other", "off"])
+async def test_the_server_chooses_what_is_mounted_or_nothing(tmp_path: Path, choice: str) -> None:
+    """``BaiJupyterApp.notebook_dir``: another directory, or '' for none (local backend)."""
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "sub").mkdir(parents=True)
+    (notebooks / "sub" / "data.txt").write_text("next to the notebook")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "data.txt").write_text("in the chosen dir")
+    chosen = str(other) if choice == "other" else ""
+    _kernelspecs(tmp_path / "srv")
+    config = (
+        f"c.ServerApp.root_dir = {str(notebooks)!r}\nc.SessionManager.backend = 'local'\n"
+        f"c.BaiJupyterApp.notebook_dir = {chosen!r}\n"
+    )
+    with serving(tmp_path / "srv", config) as server:
+        async with _notebook_kernel(server, "bai-nb") as sid:
+            cwd, data, _ = await _run(server, sid, PROBE)
+    if choice == "other":  # the notebook is outside it: the kernel starts at its top
+        assert (cwd, data) == (str(other.resolve()), "in the chosen dir")
+    else:
+        assert data == "False" and not cwd.startswith(str(notebooks))
 
 
 # --- where it is not mounted (no kernel needed) ---------------------------------------------
