@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server_harness import Server, serving
+from test_server_harness import MULTI_USER, Server, serving
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.agents.docker import DockerAgent
@@ -158,6 +158,28 @@ async def test_the_server_chooses_what_is_mounted_or_nothing(tmp_path: Path, cho
         assert (cwd, data) == (str(other.resolve()), "in the chosen dir")
     else:
         assert data == "False" and not cwd.startswith(str(notebooks))
+
+
+async def test_users_of_a_shared_server_cannot_ask_for_its_root(tmp_path: Path) -> None:
+    """On a multi-user server ``meta.notebook_dir`` from the API is dropped: a user must
+    not mount the server's root dir (other users' notebooks) into a session."""
+    (tmp_path / "notebooks").mkdir()
+    config = (
+        MULTI_USER + f"c.ServerApp.root_dir = {str(tmp_path / 'notebooks')!r}\n"
+        "c.SessionManager.backend = 'local'\n"
+    )
+    request = {
+        "type": "batch",
+        "startup_command": "pwd",
+        "starts_at": time.time() + 3600,
+        "meta": {"notebook_dir": str(tmp_path / "notebooks"), "from": "alice"},
+    }
+    with serving(tmp_path / "srv", config) as server:
+        reply = await server.fetch("POST", "bai/api/v1/sessions", request, token="alice-token")
+        assert reply.code == 201, reply.body
+        created = json.loads(reply.body)
+        await server.fetch("DELETE", f"bai/api/v1/sessions/{created['id']}", token="alice-token")
+    assert created["meta"] == {"from": "alice"}
 
 
 # --- where it is not mounted (no kernel needed) ---------------------------------------------
