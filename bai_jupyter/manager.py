@@ -86,6 +86,11 @@ def _move(session: Session, status: Status, now: float, info: str | None = None)
     session.set_status(status, now, info)
 
 
+def _nested(a: PurePosixPath, b: PurePosixPath) -> bool:
+    """Whether one path is the other or inside it."""
+    return a == b or a in b.parents or b in a.parents
+
+
 class SessionManager(LoggingConfigurable):
     """Sessions for one Jupyter server, a JupyterHub, or a command-line tool."""
 
@@ -684,8 +689,10 @@ class SessionManager(LoggingConfigurable):
             why = f"agent {agent.id} does not share this host's file system"
             self.log.info(skip, session.id, root, WORK_DIR, why)
             return None, None
-        if NOTEBOOK_DIR in taken:
-            self.log.warning(skip, session.id, root, WORK_DIR, f"a mount uses {NOTEBOOK_DIR}")
+        target = PurePosixPath(NOTEBOOK_DIR)
+        clash = next((t for t in map(PurePosixPath, taken) if _nested(t, target)), None)
+        if clash is not None:  # one inside the other: the engine would make dirs in a source
+            self.log.warning(skip, session.id, root, WORK_DIR, f"a mount uses {clash}")
             return None, None
         try:
             if not Path(root).is_dir():

@@ -241,6 +241,11 @@ async def test_a_forbidden_root_is_not_mounted_and_says_why(
     mount, work_dir = manager._notebook_mount(inside, agent, [])
     assert mount is not None and (mount.target, mount.read_only) == (NOTEBOOK_DIR, False)
     assert work_dir == f"{NOTEBOOK_DIR}/sub"
+    for target in (NOTEBOOK_DIR, f"{NOTEBOOK_DIR}/x", "/home/work"):  # a data folder there
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "test-notebook-dir"):
+            assert manager._notebook_mount(inside, agent, [target]) == (None, None)
+        assert f"a mount uses {target}" in caplog.text
 
     # Refused, the kernel still starts (in its own empty work dir).
     manager.notebook_root = "/"
