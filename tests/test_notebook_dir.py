@@ -59,6 +59,7 @@ def _kernelspecs(home: Path) -> None:
     specs: dict[str, dict[str, Any]] = {
         "bai-nb": {"resources": SMALL},
         "bai-nb-off": {"resources": SMALL, "mount_notebook_dir": False},
+        "bai-nb-2": {"resources": SMALL, "cluster_size": 2},
     }
     for name, conf in specs.items():
         spec = kernelspecs.kernelspec_json(name, conf)
@@ -134,6 +135,22 @@ async def test_turned_off_the_kernel_sees_none_of_it(
         assert not cwd.startswith(str(notebooks))
         if backend == "docker":
             assert (cwd, mounted) == (WORK_DIR, "False")
+
+
+@pytest.mark.parametrize(
+    "backend", [pytest.param("docker", marks=pytest.mark.docker)], indirect=True
+)  # ssh sub1: Docker only
+async def test_every_kernel_of_a_cluster_has_it(server: Server) -> None:
+    """sub1 too: the same mount, and its processes start in the notebook's folder."""
+    probe = (
+        "import subprocess\n"
+        "def sh(cmd): return subprocess.run(['ssh', 'sub1', cmd], capture_output=True,"
+        " text=True).stdout.strip()\n"
+        "print(sh('readlink /proc/1/cwd'))\n"
+        "print(sh('cat /home/work/notebooks/sub/data.txt'))\n"
+    )
+    async with _notebook_kernel(server, "bai-nb-2") as sid:
+        assert await _run(server, sid, probe) == [f"{NOTEBOOK_DIR}/sub", "next to the notebook"]
 
 
 @pytest.mark.parametrize("choice", ["other", "off"])
