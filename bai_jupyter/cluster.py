@@ -25,6 +25,8 @@ MASTER_PORT = 12345
 CONFIG_DIR = "/home/config"
 #: The working directory of every kernel; data folders are mounted under it.
 WORK_DIR = "/home/work"
+#: Where the notebook's directory (the Jupyter server's root dir) is mounted in every kernel.
+NOTEBOOK_DIR = f"{WORK_DIR}/notebooks"
 #: Docker labels carried by everything bai-jupyter creates.
 LABEL_ROOT = "ai.backend.bai-jupyter"
 LABEL_SESSION = f"{LABEL_ROOT}.session-id"
@@ -221,6 +223,9 @@ class KernelPlan:
     labels: dict[str, str]
     #: The runtime's instructions (written to ``CONFIG_DIR/bootstrap.json``).
     bootstrap: dict[str, Any] = field(default_factory=dict)
+    #: The kernel's working directory (a path inside the kernel, under a mount's target);
+    #: ``None``: ``WORK_DIR``. The notebook's own folder when the notebook dir is mounted.
+    work_dir: str | None = None
 
 
 def kernel_environ(session: Session, kernel: Kernel) -> dict[str, str]:

@@ -46,7 +46,7 @@ PROVISIONER = "bai"
 ARGV = ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
 INTERRUPT_MODES = ("signal", "message")
 #: Provisioner settings that are not fields of a session request.
-_PROVISIONER_ONLY = ("template", "launch_timeout", "session")
+_PROVISIONER_ONLY = ("template", "launch_timeout", "session", "mount_notebook_dir")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$", re.IGNORECASE)
 #: The launcher card's icons, copied into every bai kernelspec's directory.
 LOGO_DIR = Path(__file__).parent / "kernelspec_logo"

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
@@ -33,6 +34,8 @@ from .agents.base import (
 )
 from .cluster import (
     LABEL_SCOPE,
+    NOTEBOOK_DIR,
+    WORK_DIR,
     KernelPlan,
     Mount,
     MountPolicy,
@@ -81,6 +84,11 @@ def _move(session: Session, status: Status, now: float, info: str | None = None)
         if kernel.status is not status and status in TRANSITIONS[kernel.status]:
             kernel.set_status(status, info)
     session.set_status(status, now, info)
+
+
+def _nested(a: PurePosixPath, b: PurePosixPath) -> bool:
+    """Whether one path is the other or inside it."""
+    return a == b or a in b.parents or b in a.parents
 
 
 class SessionManager(LoggingConfigurable):
@@ -178,6 +186,10 @@ class SessionManager(LoggingConfigurable):
         self.kernel_env_hook: Callable[[str, str], Mapping[str, str]] | None = None
         #: Host ports kernels may reach (see allow_host_ports).
         self._host_ports: builtins.list[int] = []
+        #: The notebooks' host directory (the Jupyter server's root dir), trusted by the
+        #: operator: mounted at NOTEBOOK_DIR in sessions whose meta names a notebook_dir.
+        #: Set by the server extension (BaiJupyterApp.notebook_dir); ``None``: never.
+        self.notebook_root: str | None = None
         self._started = False
 
     # --- lifecycle of the manager -----------------------------------------------------------
@@ -613,15 +625,16 @@ class SessionManager(LoggingConfigurable):
     def _local_root(self) -> Path | None:
         return Path(self.local_kernels_dir) if self.local_kernels_dir else None
 
-    def mount_policy(self) -> MountPolicy:
-        """The allow-list and what is never mountable (this server's own files)."""
-        from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
+    def mount_policy(self, trusted: Iterable[str] = ()) -> MountPolicy:
+        """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
+        from jupyter_core.paths import jupyter_config_dir, jupyter_data_dir, jupyter_runtime_dir
 
         from .agents.docker import _DEFAULT_RUNTIME_DIR, PACKAGE_DIR
 
         forbidden: builtins.list[str | Path] = [
             jupyter_runtime_dir(),
             jupyter_data_dir(),
+            jupyter_config_dir(),  # server config is code: a kernel must not write it
             PACKAGE_DIR,
             _DEFAULT_RUNTIME_DIR,
         ]
@@ -634,7 +647,8 @@ class SessionManager(LoggingConfigurable):
             forbidden.append(Path(database).resolve().parent)
         for agent in self._agents.values():
             forbidden.extend(agent.private_paths())
-        return MountPolicy.build(self.allowed_host_paths, forbidden, self._folders_root())
+        allowed = [*trusted, *self.allowed_host_paths]
+        return MountPolicy.build(allowed, forbidden, self._folders_root())
 
     def _mounts(self, entries: Iterable[str], owner: str, create: bool) -> builtins.list[Mount]:
         """Parse and check ``mounts`` (blocking: resolves paths); create the owner's folders.
@@ -656,6 +670,42 @@ class SessionManager(LoggingConfigurable):
                 raise MountRefused(f"{mount.source}: no such host path (none is created)")
             checked.append(mount)
         return checked
+
+    def _notebook_mount(
+        self, session: Session, agent: AgentBackend, taken: Iterable[str]
+    ) -> tuple[Mount | None, str | None]:
+        """The notebook root's mount and the kernels' working dir (the notebook's folder).
+
+        Blocking (resolves paths). ``(None, None)`` when the session names no notebook
+        dir, none is configured, the agent cannot see this host's files, or the policy
+        refuses the root (e.g. ``/``, or a dir holding the store): said in the log, and
+        the kernels start in WORK_DIR without it."""
+        wanted = session.meta.get("notebook_dir")
+        root = self.notebook_root
+        if not isinstance(wanted, str) or not wanted or not root:
+            return None, None
+        skip = "bai-jupyter: session %s: notebook dir %s not mounted (kernels start in %s): %s"
+        if not agent.shares_host_files:
+            why = f"agent {agent.id} does not share this host's file system"
+            self.log.info(skip, session.id, root, WORK_DIR, why)
+            return None, None
+        target = PurePosixPath(NOTEBOOK_DIR)
+        clash = next((t for t in map(PurePosixPath, taken) if _nested(t, target)), None)
+        if clash is not None:  # one inside the other: the engine would make dirs in a source
+            self.log.warning(skip, session.id, root, WORK_DIR, f"a mount uses {clash}")
+            return None, None
+        try:
+            if not Path(root).is_dir():
+                raise MountRefused(f"{root}: not a directory")
+            policy = self.mount_policy(trusted=[root])
+            mount = policy.check(Mount(root, NOTEBOOK_DIR), session.owner)
+        except (ValueError, OSError) as exc:
+            self.log.warning(skip, session.id, root, WORK_DIR, exc)
+            return None, None
+        relative = Path(os.path.relpath(os.path.realpath(wanted), mount.source))
+        if relative.parts and relative.parts[0] == "..":
+            return mount, NOTEBOOK_DIR  # a notebook outside the root: start at the root
+        return mount, str(PurePosixPath(NOTEBOOK_DIR, *relative.parts))
 
     def _folders_root(self) -> Path:
         if self.data_folders_root:
@@ -807,6 +857,9 @@ class SessionManager(LoggingConfigurable):
             mounts = self._mounts(session.spec.mounts, session.owner, True)
         except ValueError as exc:  # the policy or a template changed since it was created
             raise AgentError(f"mounts: {exc}") from exc
+        notebooks, work_dir = self._notebook_mount(session, agent, [m.target for m in mounts])
+        if notebooks is not None:
+            mounts = [*mounts, notebooks]
         hook = self.kernel_env_hook
         extra_env = dict(hook(session.owner, agent.id)) if hook is not None else {}
         return [
@@ -819,6 +872,7 @@ class SessionManager(LoggingConfigurable):
                 slots=kernel.slots.to_json(),
                 env={**extra_env, **kernel_environ(session, kernel)},
                 mounts=mounts,
+                work_dir=work_dir,
                 labels=labels(session, kernel, self._store().id),
                 bootstrap=bootstrap(
                     session, kernel, keys, connection if kernel.role is KernelRole.MAIN else None

@@ -26,12 +26,13 @@ import signal
 import threading
 from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado.web import HTTPError
-from traitlets import Dict, Float, Int, List, Unicode
+from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.config import Config
 
 from .errors import BaiError, Timeout, Unavailable
@@ -285,8 +286,19 @@ class BaiProvisioner(KernelProvisionerBase):
         "one; shutting the kernel down then restarts main1's ipykernel and keeps the session.",
     )
 
+    mount_notebook_dir = Bool(
+        True,
+        config=True,
+        help="Mount the notebooks' directory (BaiJupyterApp.notebook_dir, default the "
+        "server's root_dir) read-write at /home/work/notebooks in every kernel and start "
+        "the kernel in the notebook's own folder there, as a local kernel would. False: "
+        "kernels start in an empty /home/work.",
+    )
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        #: The notebook's folder on the server's host (jupyter_client's ``cwd``), if any.
+        self._cwd: str | None = None
         #: The session whose main1 runs this kernel; ``None`` before launch and after cleanup.
         self.session_id: str | None = None
         #: The ipykernel was stopped (killed, or asked to shut down); cleanup decides what next.
@@ -325,6 +337,8 @@ class BaiProvisioner(KernelProvisionerBase):
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Only the command is needed: the kernel's environment is its session's, not ours."""
         kwargs["cmd"] = list(self.kernel_spec.argv)
+        cwd = kwargs.get("cwd")
+        self._cwd = cwd if isinstance(cwd, str) and PurePath(cwd).is_absolute() else None
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
@@ -355,9 +369,10 @@ class BaiProvisioner(KernelProvisionerBase):
                     f"{session.spec.type.value} session; only interactive ones run a kernel"
                 )
         else:
-            session = await sessions.create(
-                self._request(), self.template, meta={"jupyter_kernel_id": self.kernel_id}
-            )
+            meta: dict[str, Any] = {"jupyter_kernel_id": self.kernel_id}
+            if self.mount_notebook_dir and self._cwd:
+                meta["notebook_dir"] = self._cwd  # mounted only under the manager's root
+            session = await sessions.create(self._request(), self.template, meta=meta)
         self.session_id = session.id
         self._released = self._hupped = False
         self.log.info(

@@ -98,6 +98,11 @@ class AgentBackend(abc.ABC):
         """
         return None
 
+    @property
+    def shares_host_files(self) -> bool:
+        """Whether this agent's kernels can bind this host's paths (a remote engine cannot)."""
+        return True
+
     def private_paths(self) -> list[str]:
         """Host paths of this agent's own (kernel dirs, bootstrap files, engine socket).
 

@@ -499,6 +499,10 @@ class DockerAgent(AgentBackend):
         gateway = configs[0].get("Gateway") if configs else None
         return str(gateway) if gateway else None
 
+    @property
+    def shares_host_files(self) -> bool:
+        return self.local
+
     def private_paths(self) -> list[str]:
         """Bootstrap files (session keys), the runtime, and the engine's own socket."""
         paths = [str(self.bootstrap_root), str(self.runtime_dir)]
@@ -679,6 +683,8 @@ class DockerAgent(AgentBackend):
             BindMount(m.target, m.source, type="bind", read_only=m.read_only) for m in plan.mounts
         ]
         command = ["python3", RUNTIME_MOUNT]
+        if plan.work_dir:  # the notebook's folder, under its mount
+            command += ["--work-dir", plan.work_dir]
         if self.local:
             command += ["--python-path", PACKAGE_ROOT]
             await asyncio.to_thread(self._check_sources, [Path(m.source) for m in plan.mounts])
@@ -725,7 +731,7 @@ class DockerAgent(AgentBackend):
                 hostname=plan.hostname,
                 labels=plan.labels,
                 environment=plan.env,
-                working_dir=WORK_DIR,
+                working_dir=plan.work_dir or WORK_DIR,
                 ports=list(publish) or None,
                 host_config=host_config(disk),
                 networking_config=api.create_networking_config({first_net: endpoint}),

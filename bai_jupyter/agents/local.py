@@ -46,7 +46,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..cluster import KernelPlan, Mount
@@ -266,7 +266,7 @@ class LocalAgent(AgentBackend):
             "--config-dir",
             str(kdir / "config"),
             "--work-dir",
-            str(kdir / "work"),
+            _host_work_dir(plan) or str(kdir / "work"),
             "--no-ssh",
             "--kernel-ip",
             "127.0.0.1",  # the runtime's default, 0.0.0.0, would expose the kernel
@@ -603,6 +603,18 @@ def _prepare_dirs(kdir: Path, boot: dict[str, Any], mounts: list[Mount]) -> None
         elif link.exists():
             raise AgentError(f"cannot link data folder {source} at {link}: something is there")
         link.symlink_to(source, target_is_directory=True)
+
+
+def _host_work_dir(plan: KernelPlan) -> str | None:
+    """The plan's working dir on this host: natively the mounted folder itself, no link."""
+    if not plan.work_dir:
+        return None
+    wanted = PurePosixPath(plan.work_dir)
+    for mount in plan.mounts:
+        target = PurePosixPath(mount.target)
+        if wanted == target or target in wanted.parents:
+            return str(Path(mount.source, wanted.relative_to(target)))
+    return None
 
 
 def _spawn(argv: list[str], kdir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:

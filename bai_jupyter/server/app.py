@@ -9,12 +9,13 @@ config reaches it, and the CLI reads the very same settings.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
-from traitlets import Bool, Float, Instance, Int
+from traitlets import Bool, Float, Instance, Int, Unicode
 
 from ..manager import SessionManager
 from ..model import Status
@@ -95,10 +96,25 @@ class BaiJupyterApp(ExtensionApp):
         help="Bytes of a session's `meta` object (as JSON) a create request may carry; "
         "it is returned with every listing of the session.",
     )
+    notebook_dir = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="Host directory mounted read-write at /home/work/notebooks in every kernel of "
+        "a bai session started for a notebook, whose working directory is then the "
+        "notebook's own folder there. Default (None): ServerApp.root_dir. '': none "
+        "(kernels start in an empty /home/work). Refused, with a warning in the log, where "
+        "the mount policy forbids it (e.g. '/', or a directory holding the store or the "
+        "Jupyter data dir); not mounted on agents that do not share this host's files.",
+    )
     manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
 
     def initialize_settings(self) -> None:
         self.manager = SessionManager(parent=self, log=self.log)
+        root = self.notebook_dir
+        if root is None and self.serverapp is not None:
+            root = self.serverapp.root_dir
+        self.manager.notebook_root = str(Path(root).expanduser().absolute()) if root else None
         self.runs = KernelRuns(
             self.execute_chunk_timeout, self.kernel_connect_timeout, self.execute_run_ttl, self.log
         )

@@ -92,6 +92,10 @@ class SessionsHandler(BaiHandler):
                 f"meta: must be at most {self.app.max_meta_size} bytes as JSON "
                 "(BaiJupyterApp.max_meta_size)"
             )
+        if meta and self.app.multi_user:
+            # Users of a shared server must not mount its root dir through the API: only
+            # its own kernel provisioner (in-process) may ask for the notebook dir.
+            meta.pop("notebook_dir", None)
         session = await self.manager.create(body, self.owner, template=template, meta=meta)
         self.set_header("Location", url_path_join(self.request.path, session.id))
         self.write_json(session_view(session, self.base_url), status=201)
