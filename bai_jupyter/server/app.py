@@ -17,11 +17,12 @@ from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int
 
 from ..manager import SessionManager
-from ..model import Status
+from ..model import Session, Status
 from ..registry import register_manager, unregister_manager
+from ..store import Transaction
 from .events import end_stream
 from .execute import KernelRuns
-from .kernel_access import KernelAccess
+from .kernel_access import KernelAccess, revoked_key
 from .lookup import RunningSessions
 from .routes import api_routes, routes
 from .upstream import upstream_client
@@ -76,7 +77,14 @@ class BaiJupyterApp(ExtensionApp):
         config=True,
         help="Let code in kernels (%bai in main1) call the API: serve it on the address the "
         "agents' kernels reach this host at, and give every kernel BAI_JUPYTER_URL and a "
-        "BAI_JUPYTER_TOKEN that grants its owner's sessions and templates only.",
+        "BAI_JUPYTER_TOKEN that grants its own session, and its owner's templates and "
+        "session list, only while that session lives (revocable).",
+    )
+    kernel_tokens_create_sessions = Bool(
+        True,
+        config=True,
+        help="May a kernel's BAI_JUPYTER_TOKEN create sessions (for the session's owner, "
+        "within the owner's limits)? Off: such a create gets 403 forbidden.",
     )
     max_body_size = Int(
         1 << 20,
@@ -123,14 +131,22 @@ class BaiJupyterApp(ExtensionApp):
         await self.manager.start()
         register_manager(self.manager)
         if self.kernel_access and self.manager.store is not None:
-            await self._open_kernel_access(self.manager, self.manager.store.token_secret)
+            await self._open_kernel_access(self.manager)
         self._watcher = asyncio.ensure_future(self._follow_sessions())
 
     async def _open_kernel_access(self, manager: SessionManager, secret: str) -> None:
         addresses = await manager.host_addresses()
         if not addresses or self.serverapp is None:
             return
-        access = KernelAccess(secret)
+
+        def lookup_tx(tx: Transaction, session_id: str) -> tuple[Session | None, int | None]:
+            revoked = tx.get_meta(revoked_key(session_id))
+            return tx.get_session(session_id), None if revoked is None else int(revoked)
+
+        async def lookup(session_id: str) -> tuple[Session | None, int | None]:
+            return await manager._query(lambda tx: lookup_tx(tx, session_id))
+
+        access = KernelAccess(secret, lookup, lambda: self.kernel_tokens_create_sessions)
         access.start(
             addresses.values(),
             self.serverapp.web_app.settings,
@@ -139,8 +155,8 @@ class BaiJupyterApp(ExtensionApp):
             self.serverapp.port,
         )
         self.access = access
-        manager.kernel_env_hook = lambda owner, agent_id: access.environ(
-            owner, addresses.get(agent_id)
+        manager.kernel_env_hook = lambda session_id, agent_id: access.environ(
+            session_id, addresses.get(agent_id)
         )
         # The host firewall lets kernels reach these listeners and no other host port.
         await manager.allow_host_ports(access.ports())

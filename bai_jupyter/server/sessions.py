@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -14,6 +15,7 @@ from ..errors import InvalidRequest
 from ..model import Session, SessionType, Status
 from ..wire import session_to_json
 from .base import BaiHandler, require_running
+from .kernel_access import revoked_key
 
 __all__ = ["SessionHandler", "SessionsHandler", "proxy_url", "service_list", "session_view"]
 
@@ -155,3 +157,18 @@ class RestartHandler(_SignalHandler):
     """SIGHUP: restarts main1's ipykernel in place (same ports, new state)."""
 
     signum = signal.SIGHUP
+
+
+class KernelTokenHandler(BaiHandler):
+    """Revoke a session's kernel tokens (``BAI_JUPYTER_TOKEN``): those issued so far stop working.
+
+    The revocation time is kept in the store, so it holds across server restarts.
+    """
+
+    @web.authenticated
+    @authorized
+    async def delete(self, key: str) -> None:
+        session = await self.session(key, "write")
+        at = int(time.time() * 1000)
+        await self.db(lambda tx: tx.set_meta(revoked_key(session.id), str(at)), write=True)
+        self.write_json({"session_id": session.id, "revoked_at": at / 1000})
