@@ -131,7 +131,7 @@ class BaiJupyterApp(ExtensionApp):
         await self.manager.start()
         register_manager(self.manager)
         if self.kernel_access and self.manager.store is not None:
-            await self._open_kernel_access(self.manager)
+            await self._open_kernel_access(self.manager, self.manager.store.token_secret)
         self._watcher = asyncio.ensure_future(self._follow_sessions())
 
     async def _open_kernel_access(self, manager: SessionManager, secret: str) -> None:

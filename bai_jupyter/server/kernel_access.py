@@ -9,20 +9,20 @@ the local backend), behind per-session tokens. Every kernel gets
 
 A token ``bai2.<session id>.<issued ms>.<mac>`` is signed with the store's secret
 and checked against the store on every request: it works only while its session
-lives (not ended) and was not revoked. It grants that one session, plus listing
-and (``BaiJupyterApp.kernel_tokens_create_sessions``) creating sessions of the
-same owner, and the owner's templates; never the admin resource.
+lives (not ended) and was not revoked, also across server restarts. It grants
+that one session (read, logs, execute, interrupt, restart, destroy), listing and
+(``BaiJupyterApp.kernel_tokens_create_sessions``) creating sessions of the same
+owner, and the owner's templates; never another session, never the admin resource.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import socket
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.auth.identity import IdentityProvider, User
@@ -32,18 +32,13 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from ..errors import Forbidden
+from ..model import Session
 from .base import SESSIONS, TEMPLATES
-
-if TYPE_CHECKING:
-    from ..store import Store
 
 __all__ = ["KernelAccess", "SessionTokens", "revoked_key"]
 
 _PREFIX = "bai2."
 _OLD_PREFIX = "bai1."
-
-#: Attribute of a request handler naming the session its kernel token grants.
-SESSION_ATTR = "bai_kernel_session"
 
 
 def revoked_key(session_id: str) -> str:
@@ -52,7 +47,11 @@ def revoked_key(session_id: str) -> str:
 
 
 class SessionTokens:
-    """``bai2.<session id>.<issued ms>.<mac>``: a session's kernel token, signed by the store."""
+    """``bai2.<session id>.<issued ms>.<mac>``: a session's kernel token, signed by the store.
+
+    The signature only proves the store minted it; whether it still grants anything
+    (session alive, not revoked) is decided against the store on every request.
+    """
 
     def __init__(self, secret: str) -> None:
         self._key = secret.encode()
@@ -66,7 +65,7 @@ class SessionTokens:
         return f"{_PREFIX}{body}.{self._mac(body)}"
 
     def parse(self, token: str | None) -> tuple[str, int] | None:
-        """(session id, issued ms) of a well-signed token; ``None`` for anything else."""
+        """``(session id, issued ms)`` of a well-signed token; ``None`` for anything else."""
         if not token or not token.startswith(_PREFIX):
             return None
         body, _, mac = token[len(_PREFIX) :].rpartition(".")
@@ -78,28 +77,17 @@ class SessionTokens:
         return session_id, int(issued)
 
 
-class _SessionIdentity(IdentityProvider):
-    """Knows only session tokens: a kernel is its session's owner, for that session."""
+#: Looks a session and the time its kernel tokens were revoked (ms, or None) up.
+Lookup = Callable[[str], Awaitable[tuple[Session | None, int | None]]]
 
-    def __init__(self, tokens: SessionTokens, store: Store, **kwargs: Any) -> None:
+
+class _SessionIdentity(IdentityProvider):
+    """Knows only session tokens: a kernel acts as its session's owner, for that session."""
+
+    def __init__(self, tokens: SessionTokens, lookup: Lookup, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._tokens = tokens
-        self._store = store
-
-    def _check(self, session_id: str, issued: int) -> str:
-        """The owner of a live session whose tokens of ``issued`` are not revoked."""
-        with self._store.read() as tx:
-            session = tx.get_session(session_id)
-            revoked = tx.get_meta(revoked_key(session_id))
-        if session is None or session.id != session_id:
-            raise Forbidden("this kernel token's session does not exist")
-        if session.status.is_terminal:
-            raise Forbidden(
-                f"this kernel token's session {session_id} has ended ({session.status.value})"
-            )
-        if revoked is not None and issued <= int(revoked):
-            raise Forbidden(f"this kernel token of session {session_id} was revoked")
-        return session.owner
+        self._lookup = lookup
 
     async def get_user(self, handler: web.RequestHandler) -> User | None:
         token = self.get_token(handler)
@@ -111,19 +99,51 @@ class _SessionIdentity(IdentityProvider):
         parsed = self._tokens.parse(token)
         if parsed is None:
             return None
-        owner = await asyncio.to_thread(self._check, *parsed)
-        setattr(handler, SESSION_ATTR, parsed[0])
-        return User(username=owner, name=owner)
+        session_id, issued = parsed
+        session, revoked = await self._lookup(session_id)
+        if session is None or session.id != session_id:
+            raise Forbidden(f"this kernel token's session {session_id} does not exist")
+        if session.status.is_terminal:
+            raise Forbidden(
+                f"this kernel token's session {session_id} has ended ({session.status.value})"
+            )
+        if revoked is not None and issued <= revoked:
+            raise Forbidden(f"this kernel token of session {session_id} was revoked")
+        user = User(username=session.owner, name=session.owner)
+        user.bai_session = session  # type: ignore[attr-defined]
+        return user
 
     def is_token_authenticated(self, handler: web.RequestHandler) -> bool:
         return True  # no cookies here: no XSRF check needed
 
 
-class _OwnerScope(Authorizer):
-    """Sessions and templates of the token's owner; never the admin resource."""
+class _SessionScope(Authorizer):
+    """The token's own session; the owner's list, create (if allowed) and templates.
+
+    Never another session (not even of the same owner), never the admin resource.
+    """
+
+    def __init__(self, create_sessions: Callable[[], bool], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._create_sessions = create_sessions
 
     def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
-        return resource in (SESSIONS, TEMPLATES)
+        if resource == TEMPLATES:
+            return True
+        session: Session | None = getattr(user, "bai_session", None)
+        if resource != SESSIONS or session is None:
+            return False
+        keys = list(handler.path_args or ()) or list(handler.path_kwargs.values())
+        if keys:  # a route about one session (by id or name)
+            if keys[0] not in (session.id, session.name):
+                raise Forbidden(f"a kernel token grants only its own session ({session.id})")
+            return True
+        if handler.request.method == "POST" and not self._create_sessions():
+            raise Forbidden(
+                "kernel tokens may not create sessions on this server "
+                "(BaiJupyterApp.kernel_tokens_create_sessions is off)"
+            )
+        return True
 
 
 class KernelAccess:
