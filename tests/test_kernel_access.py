@@ -124,9 +124,14 @@ async def test_a_token_grants_its_own_session_only(server: Server) -> None:
     owners = {s["owner"] for s in json.loads(listed.body)["sessions"]}
     assert owners == {"alice"}
     assert (await kernel.fetch("GET", "bai/api/v1/templates", token=token)).code == 200
-    # By default a kernel token creates sessions for its owner.
+    # By default a kernel token creates sessions for its owner, and manages what it made
+    # (what `%bai run` in main1 needs); another token of the owner does not.
     made = await _create(kernel, token)
     assert (await server.client("alice-token").get(made)).owner == "alice"
+    assert (await kernel.fetch("GET", f"{api}/{made}", token=token)).code == 200
+    reply = await kernel.fetch("GET", f"{api}/{made}", token=tokens.mint(b))
+    assert reply.code == 403 and "only its own session" in _error(reply)
+    assert (await kernel.fetch("DELETE", f"{api}/{made}", token=token)).code == 200
     # Its own session: it may end it.
     assert (await kernel.fetch("DELETE", f"{api}/{a}", token=token)).code == 200
 

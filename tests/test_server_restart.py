@@ -100,9 +100,9 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         # ... only while its session lives: ended, the same token is refused.
         await client.destroy(survivor.id)
         kernel = dataclasses.replace(second, url=url)
-        reply = await kernel.fetch("GET", f"bai/api/v1/sessions/{survivor.id}", token=token)
-        assert reply.code == 403, reply.body
-        assert "has ended" in json.loads(reply.body)["message"]
+        ended = await kernel.fetch("GET", f"bai/api/v1/sessions/{survivor.id}", token=token)
+        assert ended.code == 403, ended.body
+        assert "has ended" in json.loads(ended.body)["message"]
     finally:
         for session_id in ids:
             await client.destroy(session_id)

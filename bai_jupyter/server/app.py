@@ -22,7 +22,7 @@ from ..registry import register_manager, unregister_manager
 from ..store import Transaction
 from .events import end_stream
 from .execute import KernelRuns
-from .kernel_access import KernelAccess, revoked_key
+from .kernel_access import KernelAccess, child_key, revoked_key
 from .lookup import RunningSessions
 from .routes import api_routes, routes
 from .upstream import upstream_client
@@ -146,7 +146,14 @@ class BaiJupyterApp(ExtensionApp):
         async def lookup(session_id: str) -> tuple[Session | None, int | None]:
             return await manager._query(lambda tx: lookup_tx(tx, session_id))
 
-        access = KernelAccess(secret, lookup, lambda: self.kernel_tokens_create_sessions)
+        def is_child_tx(tx: Transaction, key: str, owner: str, parent: str) -> bool:
+            session = tx.get_session(key, owner)
+            return session is not None and tx.get_meta(child_key(session.id)) == parent
+
+        async def is_child(key: str, owner: str, parent: str) -> bool:
+            return await manager._query(lambda tx: is_child_tx(tx, key, owner, parent))
+
+        access = KernelAccess(secret, lookup, is_child, lambda: self.kernel_tokens_create_sessions)
         access.start(
             addresses.values(),
             self.serverapp.web_app.settings,

@@ -35,10 +35,15 @@ from ..errors import Forbidden
 from ..model import Session
 from .base import SESSIONS, TEMPLATES
 
-__all__ = ["KernelAccess", "SessionTokens", "revoked_key"]
+__all__ = ["KernelAccess", "SessionTokens", "child_key", "revoked_key"]
 
 _PREFIX = "bai2."
 _OLD_PREFIX = "bai1."
+
+
+def child_key(session_id: str) -> str:
+    """The store meta key naming the session whose kernel token created ``session_id``."""
+    return f"kernel-token-child:{session_id}"
 
 
 def revoked_key(session_id: str) -> str:
@@ -79,6 +84,8 @@ class SessionTokens:
 
 #: Looks a session and the time its kernel tokens were revoked (ms, or None) up.
 Lookup = Callable[[str], Awaitable[tuple[Session | None, int | None]]]
+#: Was the session ``key`` (id or name, of ``owner``) created by the token of ``parent``?
+ChildCheck = Callable[[str, str, str], Awaitable[bool]]
 
 
 class _SessionIdentity(IdentityProvider):
@@ -118,16 +125,19 @@ class _SessionIdentity(IdentityProvider):
 
 
 class _SessionScope(Authorizer):
-    """The token's own session; the owner's list, create (if allowed) and templates.
+    """The token's own session and those it created; the owner's list, create, templates.
 
     Never another session (not even of the same owner), never the admin resource.
     """
 
-    def __init__(self, create_sessions: Callable[[], bool], **kwargs: Any) -> None:
+    def __init__(
+        self, create_sessions: Callable[[], bool], is_child: ChildCheck, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._create_sessions = create_sessions
+        self._is_child = is_child
 
-    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+    async def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
         if resource == TEMPLATES:
             return True
         session: Session | None = getattr(user, "bai_session", None)
@@ -135,8 +145,12 @@ class _SessionScope(Authorizer):
             return False
         keys = list(handler.path_args or ()) or list(handler.path_kwargs.values())
         if keys:  # a route about one session (by id or name)
-            if keys[0] not in (session.id, session.name):
-                raise Forbidden(f"a kernel token grants only its own session ({session.id})")
+            own = keys[0] in (session.id, session.name)
+            if not own and not await self._is_child(keys[0], session.owner, session.id):
+                raise Forbidden(
+                    f"a kernel token grants only its own session ({session.id}) "
+                    "and the sessions it created"
+                )
             return True
         if handler.request.method == "POST" and not self._create_sessions():
             raise Forbidden(
@@ -150,9 +164,14 @@ class KernelAccess:
     """Listeners on the kernels' host addresses serving the API routes with session tokens."""
 
     def __init__(
-        self, secret: str, lookup: Lookup, create_sessions: Callable[[], bool] = lambda: True
+        self,
+        secret: str,
+        lookup: Lookup,
+        is_child: ChildCheck,
+        create_sessions: Callable[[], bool] = lambda: True,
     ) -> None:
         self.tokens = SessionTokens(secret)
+        self._is_child = is_child
         self._lookup = lookup
         self._create_sessions = create_sessions
         self._servers: list[HTTPServer] = []
@@ -182,7 +201,7 @@ class KernelAccess:
             **{
                 **settings,
                 "identity_provider": _SessionIdentity(self.tokens, self._lookup),
-                "authorizer": _SessionScope(self._create_sessions),
+                "authorizer": _SessionScope(self._create_sessions, self._is_child),
                 "allow_remote_access": True,
                 "allow_unauthenticated_access": False,
             },

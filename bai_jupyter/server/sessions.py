@@ -15,7 +15,7 @@ from ..errors import InvalidRequest
 from ..model import Session, SessionType, Status
 from ..wire import session_to_json
 from .base import BaiHandler, require_running
-from .kernel_access import revoked_key
+from .kernel_access import child_key, revoked_key
 
 __all__ = ["SessionHandler", "SessionsHandler", "proxy_url", "service_list", "session_view"]
 
@@ -95,6 +95,10 @@ class SessionsHandler(BaiHandler):
                 "(BaiJupyterApp.max_meta_size)"
             )
         session = await self.manager.create(body, self.owner, template=template, meta=meta)
+        parent: Session | None = getattr(self.current_user, "bai_session", None)
+        if parent is not None:  # a kernel token: it may manage what it created
+            key, value = child_key(session.id), parent.id
+            await self.db(lambda tx: tx.set_meta(key, value), write=True)
         self.set_header("Location", url_path_join(self.request.path, session.id))
         self.write_json(session_view(session, self.base_url), status=201)
 
