@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from jupyter_server.auth.identity import IdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
+from tornado import web
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int
 
 from ..manager import SessionManager
 from ..model import Session, Status
-from ..registry import register_manager, unregister_manager
+from ..registry import register_manager, request_user, unregister_manager
 from ..store import Transaction
 from .events import end_stream
 from .execute import KernelRuns
@@ -28,6 +30,24 @@ from .routes import api_routes, routes
 from .upstream import upstream_client
 
 __all__ = ["BaiJupyterApp"]
+
+
+def _remember_request_user(identity: IdentityProvider) -> None:
+    """Note each request's Jupyter user where the kernel provisioner finds it.
+
+    ``POST /api/kernels`` and ``/api/sessions`` start kernels in the request's own
+    task, after Jupyter authenticated it here: so a kernel session started by a
+    request is owned by the user who made it, not by the server's OS user.
+    """
+    get_user = identity.get_user
+
+    async def remembering(handler: web.RequestHandler) -> User | None:
+        user = await ensure_async(get_user(handler))
+        if user is not None:
+            request_user.set(str(user.username))
+        return user
+
+    identity.get_user = remembering  # type: ignore[method-assign]
 
 
 class BaiJupyterApp(ExtensionApp):
@@ -130,6 +150,8 @@ class BaiJupyterApp(ExtensionApp):
         assert self.manager is not None
         await self.manager.start()
         register_manager(self.manager)
+        if self.multi_user and self.serverapp is not None:
+            _remember_request_user(self.serverapp.identity_provider)
         if self.kernel_access and self.manager.store is not None:
             await self._open_kernel_access(self.manager, self.manager.store.token_secret)
         self._watcher = asyncio.ensure_future(self._follow_sessions())
