@@ -592,7 +592,7 @@ class Store:
             row = conn.execute(
                 sa.select(meta_table.c.value).where(meta_table.c.key == "token_secret")
             ).first()
-            #: Signs the owner-scoped tokens kernels get (shared by every server on the store).
+            #: Signs the per-session tokens kernels get (shared by every server on the store).
             self.token_secret: str = row.value if row else self._add_token_secret(conn)
 
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in _NO_FILE:

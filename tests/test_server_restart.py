@@ -27,7 +27,7 @@ state = 41
 """
 
 
-#: From inside main1: its own session through the kernel-access URL and owner token.
+#: From inside main1: its own session through the kernel-access URL and its session token.
 _CALL_HOME = """
 import os, urllib.request as u
 auth = {"Authorization": "token " + os.environ["BAI_JUPYTER_TOKEN"]}
