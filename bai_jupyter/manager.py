@@ -181,8 +181,8 @@ class SessionManager(LoggingConfigurable):
         #: The scheduling loop and the agents' watchers (cancelled on stop, not awaited).
         self._loops: set[asyncio.Task[Any]] = set()
         self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
-        #: Extra environment of every kernel, from (owner, agent id); not stored with the
-        #: session. The server extension gives kernels its address and an owner token.
+        #: Extra environment of every kernel, from (session id, agent id); not stored with
+        #: the session. The server extension gives kernels its address and a session token.
         self.kernel_env_hook: Callable[[str, str], Mapping[str, str]] | None = None
         #: Host ports kernels may reach (see allow_host_ports).
         self._host_ports: builtins.list[int] = []
@@ -861,7 +861,7 @@ class SessionManager(LoggingConfigurable):
         if notebooks is not None:
             mounts = [*mounts, notebooks]
         hook = self.kernel_env_hook
-        extra_env = dict(hook(session.owner, agent.id)) if hook is not None else {}
+        extra_env = dict(hook(session.id, agent.id)) if hook is not None else {}
         return [
             KernelPlan(
                 session_id=session.id,

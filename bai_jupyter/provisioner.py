@@ -37,7 +37,7 @@ from traitlets.config import Config
 
 from .errors import BaiError, Timeout, Unavailable
 from .model import Session, SessionType, Status
-from .registry import current_manager, local_owner
+from .registry import current_manager, kernel_owner, local_owner
 
 if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
     from .manager import SessionManager
@@ -193,7 +193,7 @@ async def find_sessions(config: Config) -> tuple[Sessions, str]:
     """The manager to use and a word for the log: in-process, remote, or embedded."""
     manager = current_manager()
     if manager is not None:
-        return OwnedSessions(manager, local_owner()), "the server's own manager"
+        return OwnedSessions(manager, kernel_owner()), "the server's own manager"
     url = os.environ.get("BAI_JUPYTER_URL")
     if url:
         from .client import RemoteManager

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import getpass
 import os
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .manager import SessionManager
 
-__all__ = ["current_manager", "local_owner", "register_manager", "unregister_manager"]
+__all__ = [
+    "current_manager",
+    "kernel_owner",
+    "local_owner",
+    "register_manager",
+    "request_user",
+    "unregister_manager",
+]
+
+#: The Jupyter user of the request being served (set by a multi-user server extension):
+#: kernels started by that request (``POST /api/kernels``, ``/api/sessions``) are theirs.
+request_user: ContextVar[str | None] = ContextVar("bai_jupyter_request_user", default=None)
 
 _current: SessionManager | None = None
 
@@ -44,3 +56,8 @@ def local_owner() -> str:
     provisioner, the REST API and the magics all file sessions under this name.
     """
     return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+def kernel_owner() -> str:
+    """Whom a kernel being started belongs to: the requesting Jupyter user, or local_owner()."""
+    return request_user.get() or local_owner()

@@ -519,6 +519,23 @@ class Transaction:
                 [{"sid": sid, "data": data} for sid, data in updates.items()],
             )
 
+    # --- meta -----------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        """A value of the store's own key-value table (``None`` when unset)."""
+        row = self.conn.execute(
+            sa.select(meta_table.c.value).where(meta_table.c.key == key)
+        ).first()
+        return None if row is None else str(row.value)
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a key of the store's own key-value table (insert or replace)."""
+        done = self.conn.execute(
+            sa.update(meta_table).where(meta_table.c.key == key).values(value=value)
+        )
+        if not done.rowcount:
+            self.conn.execute(sa.insert(meta_table), [{"key": key, "value": value}])
+
 
 def _template_from_row(row: sa.Row[Any]) -> Template:
     return Template(
@@ -575,7 +592,7 @@ class Store:
             row = conn.execute(
                 sa.select(meta_table.c.value).where(meta_table.c.key == "token_secret")
             ).first()
-            #: Signs the owner-scoped tokens kernels get (shared by every server on the store).
+            #: Signs the per-session tokens kernels get (shared by every server on the store).
             self.token_secret: str = row.value if row else self._add_token_secret(conn)
 
         if self.engine.dialect.name == "sqlite" and self.engine.url.database not in _NO_FILE:

@@ -456,7 +456,7 @@ def connect(connection: Any) -> Any:
 def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
     """``%%bai exec`` and ``%bai status`` in main1's ipykernel, as a notebook user runs them:
     the agent mounts this package read-only on the kernel's PYTHONPATH (the image has
-    none of ours) and the server gives the kernel an address and an owner token."""
+    none of ours) and the server gives the kernel an address and a session token."""
     remote = connected.client()
     request = {"name": "exec3", "cluster_size": 3, "resources": SMALL_SLOTS}
 

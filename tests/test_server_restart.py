@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -25,12 +27,19 @@ state = 41
 """
 
 
-#: From inside main1: its own session through the kernel-access URL and owner token.
+#: From inside main1: its own session through the kernel-access URL and its session token.
 _CALL_HOME = """
 import os, urllib.request as u
 auth = {"Authorization": "token " + os.environ["BAI_JUPYTER_TOKEN"]}
 url = os.environ["BAI_JUPYTER_URL"] + "bai/api/v1/sessions/survivor"
 u.urlopen(u.Request(url, headers=auth), timeout=10).status
+"""
+
+
+#: The kernel's own URL and token, as JSON.
+_KERNEL_ENV = """
+import json, os
+json.dumps([os.environ["BAI_JUPYTER_URL"], os.environ["BAI_JUPYTER_TOKEN"]])
 """
 
 
@@ -63,6 +72,9 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         assert (await client.execute(running.id, _SERVE))["exit_code"] == 0
         assert await _proxied(first, running.id) == b"still here"
         assert _result(await client.execute(running.id, _CALL_HOME)) == ["200"]
+        (env,) = _result(await client.execute(running.id, _KERNEL_ENV))
+        url, token = json.loads(ast.literal_eval(env))
+        assert token.startswith(f"bai2.{running.id}.")  # the session's own token
         pending = await client.create({"starts_at": time.time() + 3, "resources": {"mem": "256m"}})
         ids.append(pending.id)
         assert (await client.get(pending.id)).status is Status.PENDING
@@ -85,6 +97,12 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         assert reply["console"] == [["result", {"data": {"text/plain": "42"}, "metadata": {}}]]
         # The URL and token main1 was given still reach the restarted server.
         assert _result(await client.execute(survivor.id, _CALL_HOME)) == ["200"]
+        # ... only while its session lives: ended, the same token is refused.
+        await client.destroy(survivor.id)
+        kernel = dataclasses.replace(second, url=url)
+        ended = await kernel.fetch("GET", f"bai/api/v1/sessions/{survivor.id}", token=token)
+        assert ended.code == 403, ended.body
+        assert "has ended" in json.loads(ended.body)["message"]
     finally:
         for session_id in ids:
             await client.destroy(session_id)

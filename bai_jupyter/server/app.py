@@ -12,22 +12,43 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from jupyter_server.auth.identity import IdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
+from tornado import web
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int, Unicode
 
 from ..manager import SessionManager
-from ..model import Status
-from ..registry import register_manager, unregister_manager
+from ..model import Session, Status
+from ..registry import register_manager, request_user, unregister_manager
+from ..store import Transaction
 from .events import end_stream
 from .execute import KernelRuns
-from .kernel_access import KernelAccess
+from .kernel_access import KernelAccess, child_key, revoked_key
 from .lookup import RunningSessions
 from .routes import api_routes, routes
 from .upstream import upstream_client
 
 __all__ = ["BaiJupyterApp"]
+
+
+def _remember_request_user(identity: IdentityProvider) -> None:
+    """Note each request's Jupyter user where the kernel provisioner finds it.
+
+    ``POST /api/kernels`` and ``/api/sessions`` start kernels in the request's own
+    task, after Jupyter authenticated it here: so a kernel session started by a
+    request is owned by the user who made it, not by the server's OS user.
+    """
+    get_user = identity.get_user
+
+    async def remembering(handler: web.RequestHandler) -> User | None:
+        user = await ensure_async(get_user(handler))
+        if user is not None:
+            request_user.set(str(user.username))
+        return user
+
+    identity.get_user = remembering  # type: ignore[method-assign]
 
 
 class BaiJupyterApp(ExtensionApp):
@@ -77,7 +98,14 @@ class BaiJupyterApp(ExtensionApp):
         config=True,
         help="Let code in kernels (%bai in main1) call the API: serve it on the address the "
         "agents' kernels reach this host at, and give every kernel BAI_JUPYTER_URL and a "
-        "BAI_JUPYTER_TOKEN that grants its owner's sessions and templates only.",
+        "BAI_JUPYTER_TOKEN that grants its own session, and its owner's templates and "
+        "session list, only while that session lives (revocable).",
+    )
+    kernel_tokens_create_sessions = Bool(
+        True,
+        config=True,
+        help="May a kernel's BAI_JUPYTER_TOKEN create sessions (for the session's owner, "
+        "within the owner's limits)? Off: such a create gets 403 forbidden.",
     )
     max_body_size = Int(
         1 << 20,
@@ -138,6 +166,8 @@ class BaiJupyterApp(ExtensionApp):
         assert self.manager is not None
         await self.manager.start()
         register_manager(self.manager)
+        if self.multi_user and self.serverapp is not None:
+            _remember_request_user(self.serverapp.identity_provider)
         if self.kernel_access and self.manager.store is not None:
             await self._open_kernel_access(self.manager, self.manager.store.token_secret)
         self._watcher = asyncio.ensure_future(self._follow_sessions())
@@ -146,7 +176,22 @@ class BaiJupyterApp(ExtensionApp):
         addresses = await manager.host_addresses()
         if not addresses or self.serverapp is None:
             return
-        access = KernelAccess(secret)
+
+        def lookup_tx(tx: Transaction, session_id: str) -> tuple[Session | None, int | None]:
+            revoked = tx.get_meta(revoked_key(session_id))
+            return tx.get_session(session_id), None if revoked is None else int(revoked)
+
+        async def lookup(session_id: str) -> tuple[Session | None, int | None]:
+            return await manager._query(lambda tx: lookup_tx(tx, session_id))
+
+        def is_child_tx(tx: Transaction, key: str, owner: str, parent: str) -> bool:
+            session = tx.get_session(key, owner)
+            return session is not None and tx.get_meta(child_key(session.id)) == parent
+
+        async def is_child(key: str, owner: str, parent: str) -> bool:
+            return await manager._query(lambda tx: is_child_tx(tx, key, owner, parent))
+
+        access = KernelAccess(secret, lookup, is_child, lambda: self.kernel_tokens_create_sessions)
         access.start(
             addresses.values(),
             self.serverapp.web_app.settings,
@@ -155,8 +200,8 @@ class BaiJupyterApp(ExtensionApp):
             self.serverapp.port,
         )
         self.access = access
-        manager.kernel_env_hook = lambda owner, agent_id: access.environ(
-            owner, addresses.get(agent_id)
+        manager.kernel_env_hook = lambda session_id, agent_id: access.environ(
+            session_id, addresses.get(agent_id)
         )
         # The host firewall lets kernels reach these listeners and no other host port.
         await manager.allow_host_ports(access.ports())

@@ -299,6 +299,14 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 requestBody={"required": True, **_json(_ref("ExecuteRequest"))},
             ),
         },
+        "/sessions/{key}/kernel-token": {
+            "parameters": [_SESSION_KEY],
+            "delete": _op(
+                "revoke the session's kernel tokens (BAI_JUPYTER_TOKEN): every one issued so "
+                "far gets 403 from now on, also after a server restart",
+                {"200": _reply("{session_id, revoked_at}", {"type": "object"})},
+            ),
+        },
         "/templates": {
             "get": _op(
                 "shared templates and the caller's own",

@@ -15,6 +15,7 @@ from .openapi import openapi
 from .proxy import SessionProxyHandler
 from .sessions import (
     InterruptHandler,
+    KernelTokenHandler,
     LogsHandler,
     RestartHandler,
     SessionHandler,
@@ -46,6 +47,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/interrupt", InterruptHandler),
         (f"{API}/sessions/{_KEY}/restart", RestartHandler),
         (f"{API}/sessions/{_KEY}/execute", ExecuteHandler),
+        (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
         (f"{API}/templates", TemplatesHandler),
         (f"{API}/templates/{_KEY}", TemplateHandler),
         (f"{API}/agents", AgentsHandler),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -14,6 +15,7 @@ from ..errors import InvalidRequest
 from ..model import Session, SessionType, Status
 from ..wire import session_to_json
 from .base import BaiHandler, require_running
+from .kernel_access import child_key, revoked_key
 
 __all__ = ["SessionHandler", "SessionsHandler", "proxy_url", "service_list", "session_view"]
 
@@ -97,6 +99,10 @@ class SessionsHandler(BaiHandler):
             # its own kernel provisioner (in-process) may ask for the notebook dir.
             meta.pop("notebook_dir", None)
         session = await self.manager.create(body, self.owner, template=template, meta=meta)
+        parent: Session | None = getattr(self.current_user, "bai_session", None)
+        if parent is not None:  # a kernel token: it may manage what it created
+            key, value = child_key(session.id), parent.id
+            await self.db(lambda tx: tx.set_meta(key, value), write=True)
         self.set_header("Location", url_path_join(self.request.path, session.id))
         self.write_json(session_view(session, self.base_url), status=201)
 
@@ -159,3 +165,18 @@ class RestartHandler(_SignalHandler):
     """SIGHUP: restarts main1's ipykernel in place (same ports, new state)."""
 
     signum = signal.SIGHUP
+
+
+class KernelTokenHandler(BaiHandler):
+    """Revoke a session's kernel tokens (``BAI_JUPYTER_TOKEN``): those issued so far stop working.
+
+    The revocation time is kept in the store, so it holds across server restarts.
+    """
+
+    @web.authenticated
+    @authorized
+    async def delete(self, key: str) -> None:
+        session = await self.session(key, "write")
+        at = int(time.time() * 1000)
+        await self.db(lambda tx: tx.set_meta(revoked_key(session.id), str(at)), write=True)
+        self.write_json({"session_id": session.id, "revoked_at": at / 1000})
