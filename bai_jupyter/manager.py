@@ -15,6 +15,7 @@ import builtins
 import contextlib
 import os
 import secrets
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from functools import partial
@@ -627,14 +628,17 @@ class SessionManager(LoggingConfigurable):
 
     def mount_policy(self, trusted: Iterable[str] = ()) -> MountPolicy:
         """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
-        from jupyter_core.paths import jupyter_config_dir, jupyter_data_dir, jupyter_runtime_dir
+        from jupyter_core.paths import jupyter_config_path, jupyter_path, jupyter_runtime_dir
 
         from .agents.docker import _DEFAULT_RUNTIME_DIR, PACKAGE_DIR
 
+        # Whatever the server runs or reads as code or config (its Python environment,
+        # Jupyter's config and data paths): a kernel writing there runs code on the host.
         forbidden: builtins.list[str | Path] = [
             jupyter_runtime_dir(),
-            jupyter_data_dir(),
-            jupyter_config_dir(),  # server config is code: a kernel must not write it
+            *jupyter_path(),
+            *jupyter_config_path(),
+            sys.prefix,
             PACKAGE_DIR,
             _DEFAULT_RUNTIME_DIR,
         ]
