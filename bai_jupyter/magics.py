@@ -25,6 +25,7 @@ import re
 import shlex
 import shutil
 import sys
+import textwrap
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
@@ -526,7 +527,7 @@ class BaiMagics(Magics):
             raise UsageError(f"%bai: unknown command {command!r} (commands: {', '.join(COMMANDS)})")
         options = split_command(rest)[0] if command == "run" else rest
         if re.search(r"(?:^|\s)(?:-h|--help)(?:\s|$)", options):
-            print(handler.__doc__)
+            print(command_help(command))
             return None
         if (cell is not None) != (command == "exec"):
             raise UsageError(
@@ -745,10 +746,26 @@ async def _load_rows(remote: RemoteManager, all_states: bool) -> list[SessionRow
     return rows
 
 
+def command_help(command: str) -> str:
+    """One command's usage and help, as a person reads it in a notebook.
+
+    IPython's magic_arguments writes the usage as a reST literal block (``::`` lines,
+    indented) under the parser's prog; drop those markers and name the cell magic
+    ``%%bai exec`` as it is typed.
+    """
+    doc = str(getattr(BaiMagics, f"_{command}").__doc__)
+    lines = [line for line in doc.strip().splitlines() if line.strip() != "::"]
+    text = textwrap.dedent("\n".join(lines)).strip()
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    if command == "exec":
+        text = re.sub(r"(?<!%)%bai exec", "%%bai exec", text)
+    return text
+
+
 def overview() -> str:
     """``%bai -h``: every command's usage and help."""
-    parts = ["%bai COMMAND [options]; %bai COMMAND -h for one command.\n"]
-    parts += [str(getattr(BaiMagics, f"_{c}").__doc__).strip() for c in COMMANDS]
+    parts = ["%bai COMMAND [options]; %bai COMMAND -h for one command."]
+    parts += [command_help(c) for c in COMMANDS]
     parts.append(
         "The manager: BAI_JUPYTER_URL and BAI_JUPYTER_TOKEN, else the Jupyter server "
         "that started this kernel. See docs/magics.md."

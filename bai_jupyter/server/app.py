@@ -9,10 +9,11 @@ config reaches it, and the CLI reads the very same settings.
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from jupyter_server.utils import ensure_async
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int
 
@@ -159,21 +160,28 @@ class BaiJupyterApp(ExtensionApp):
         """End kernel-backed sessions with their kernels, then stop the manager cleanly.
 
         Jupyter shuts its kernels down only after the extensions stopped, when the
-        manager could no longer remove their containers: so do it first.
+        manager could no longer remove their containers: so do it first. Every step
+        is guarded: one that fails (``shutdown_all`` raises 404 for a kernel whose
+        launch failed) is logged and the rest still run, so the server always exits.
         """
         if self.manager is None:
             return
         kernels = getattr(self.serverapp, "kernel_manager", None)
-        if kernels is not None:
-            await ensure_async(kernels.shutdown_all())
-        for stream in self.streams:
-            end_stream(stream)
-        if self._watcher is not None:
-            self._watcher.cancel()
-        self.runs.close()
-        if self._upstream is not None:
-            self._upstream.close()
-        if self.access is not None:
-            self.access.stop()
-        unregister_manager(self.manager)
-        await self.manager.stop()
+        manager = self.manager
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("shutting kernels down", lambda: kernels.shutdown_all() if kernels else None),
+            ("ending event streams", lambda: [end_stream(s) for s in self.streams]),
+            ("stopping the session watcher", lambda: self._watcher and self._watcher.cancel()),
+            ("closing kernel clients", self.runs.close),
+            ("closing the proxy client", lambda: self._upstream and self._upstream.close()),
+            ("closing kernel access", lambda: self.access and self.access.stop()),
+            ("unregistering the manager", lambda: unregister_manager(manager)),
+            ("stopping the manager", manager.stop),
+        ]
+        for what, step in steps:
+            try:
+                result = step()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                self.log.exception("bai-jupyter: %s failed while stopping; going on", what)
