@@ -33,5 +33,5 @@ async def test_a_launch_that_cannot_fit_is_a_4xx_and_the_server_still_stops(
     finally:
         server.stop()
     log = server.log.read_text(errors="replace")
-    assert "Traceback" not in log, log[-4000:]
     assert server.proc.returncode == 0, log[-4000:]
+    assert "Traceback" not in log, log[-4000:]

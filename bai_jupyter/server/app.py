@@ -23,6 +23,7 @@ from ..registry import register_manager, unregister_manager
 from .events import end_stream
 from .execute import KernelRuns
 from .kernel_access import KernelAccess
+from .launches import LaunchErrorFilter
 from .lookup import RunningSessions
 from .routes import api_routes, routes
 from .upstream import upstream_client
@@ -99,6 +100,8 @@ class BaiJupyterApp(ExtensionApp):
     manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
 
     def initialize_settings(self) -> None:
+        if self.serverapp is not None:  # failed bai launches: one warning line, no traceback
+            self.serverapp.log.addFilter(LaunchErrorFilter())
         self.manager = SessionManager(parent=self, log=self.log)
         self.runs = KernelRuns(
             self.execute_chunk_timeout, self.kernel_connect_timeout, self.execute_run_ttl, self.log
