@@ -27,7 +27,9 @@ async def test_a_launch_that_cannot_fit_is_a_4xx_and_the_server_still_stops(
         reply = await server.fetch("POST", "api/kernels", {"name": "bai-huge"})
         assert 400 <= reply.code < 500, (reply.code, reply.body, server.tail())
         session_reply = await server.fetch(
-            "POST", "api/sessions", {"path": "a.ipynb", "type": "notebook", "kernel": {"name": "bai-huge"}}
+            "POST",
+            "api/sessions",
+            {"path": "a.ipynb", "type": "notebook", "kernel": {"name": "bai-huge"}},
         )
         assert 400 <= session_reply.code < 500, (session_reply.code, session_reply.body)
     finally:
