@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.utils import ensure_async
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int
 
@@ -171,13 +172,28 @@ class BaiJupyterApp(ExtensionApp):
             return
         kernels = getattr(self.serverapp, "kernel_manager", None)
         manager = self.manager
+
+        async def shutdown_kernels() -> None:
+            if kernels is not None:
+                await ensure_async(kernels.shutdown_all())
+
+        def close_streams() -> None:
+            for stream in self.streams:
+                end_stream(stream)
+            if self._watcher is not None:
+                self._watcher.cancel()
+
+        def close_clients() -> None:
+            if self._upstream is not None:
+                self._upstream.close()
+            if self.access is not None:
+                self.access.stop()
+
         steps: list[tuple[str, Callable[[], Any]]] = [
-            ("shutting kernels down", lambda: kernels.shutdown_all() if kernels else None),
-            ("ending event streams", lambda: [end_stream(s) for s in self.streams]),
-            ("stopping the session watcher", lambda: self._watcher and self._watcher.cancel()),
+            ("shutting kernels down", shutdown_kernels),
+            ("ending event streams", close_streams),
             ("closing kernel clients", self.runs.close),
-            ("closing the proxy client", lambda: self._upstream and self._upstream.close()),
-            ("closing kernel access", lambda: self.access and self.access.stop()),
+            ("closing the proxy client and kernel access", close_clients),
             ("unregistering the manager", lambda: unregister_manager(manager)),
             ("stopping the manager", manager.stop),
         ]

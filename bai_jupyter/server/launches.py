@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from jupyter_server.services.sessions.handlers import SessionRootHandler
+from jupyter_server.utils import ensure_async
 from tornado import web
 
 from ..provisioner import LaunchError
@@ -31,12 +32,12 @@ def launch_error(exc: BaseException | None) -> LaunchError | None:
     return None
 
 
-class SessionsLaunchHandler(SessionRootHandler):  # type: ignore[misc]
+class SessionsLaunchHandler(SessionRootHandler):
     """jupyter_server's ``/api/sessions``, answering a failed bai launch with its own status."""
 
     async def post(self) -> None:
         try:
-            await super().post()
+            await ensure_async(super().post())
         except web.HTTPError as exc:
             cause = launch_error(exc)
             if exc.status_code == 500 and cause is not None and cause.status_code < 500:
