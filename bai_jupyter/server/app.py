@@ -15,6 +15,7 @@ from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
+from tornado import web
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int
 
@@ -202,5 +203,11 @@ class BaiJupyterApp(ExtensionApp):
                 result = step()
                 if inspect.isawaitable(result):
                     await result
-            except Exception:
-                self.log.exception("bai-jupyter: %s failed while stopping; going on", what)
+            except Exception as exc:
+                # A kernel whose launch failed is "not found" (404) here: expected, no traceback.
+                self.log.warning(
+                    "bai-jupyter: %s failed while stopping (%s); going on",
+                    what,
+                    exc,
+                    exc_info=not isinstance(exc, web.HTTPError),
+                )
