@@ -65,7 +65,7 @@ class Sessions(Protocol):
         meta: Mapping[str, Any] | None = None,
     ) -> Session: ...
 
-    async def get(self, key: str) -> Session: ...
+    async def get(self, key: str, connection: bool = False) -> Session: ...
 
     async def wait_for(
         self, key: str, statuses: Iterable[Status], timeout: float | None = None
@@ -103,8 +103,8 @@ class OwnedSessions:
     ) -> Session:
         return await self._run(self.manager.create(request, self.owner, template, meta))
 
-    async def get(self, key: str) -> Session:
-        return await self._run(self.manager.get(key, self.owner))
+    async def get(self, key: str, connection: bool = False) -> Session:
+        return await self._run(self.manager.get(key, self.owner))  # keys always in-process
 
     async def wait_for(
         self, key: str, statuses: Iterable[Status], timeout: float | None = None
@@ -337,7 +337,7 @@ class BaiProvisioner(KernelProvisionerBase):
     async def _launch(self) -> KernelConnectionInfo:
         sessions = await self._manager()
         if self.session_id is not None:
-            current = await sessions.get(self.session_id)
+            current = await sessions.get(self.session_id, connection=True)
             if current.status in _ACTIVE:
                 self._released = self._hupped = False  # a restart in place
                 return self._connection(current)
@@ -389,6 +389,8 @@ class BaiProvisioner(KernelProvisionerBase):
                 f"session {session.id} ended before its kernel "
                 f"started: {session.status.value} ({session.status_info}): {detail}"
             )
+        if "key" not in self._main_connection(session):  # the API hides keys unless asked
+            session = await sessions.get(session.id, connection=True)
         return self._connection(session)
 
     async def _give_up(self, sessions: Sessions, reason: str) -> Session:
@@ -399,9 +401,14 @@ class BaiProvisioner(KernelProvisionerBase):
             return await sessions.get(key)
         return await sessions.destroy(key, reason=reason)
 
+    @staticmethod
+    def _main_connection(session: Session) -> dict[str, Any]:
+        main = next((k for k in session.kernels if k.hostname == "main1"), None)
+        connection = main.info.get("connection") if main is not None else None
+        return connection if isinstance(connection, dict) else {}
+
     def _connection(self, session: Session) -> KernelConnectionInfo:
-        main = next(k for k in session.kernels if k.hostname == "main1")
-        connection = main.info.get("connection")
+        connection = self._main_connection(session)
         if not connection:
             raise Unavailable(f"session {session.id} runs no ipykernel in main1")
         # Bytes, as jupyter_client holds it: a str key would not compare equal.

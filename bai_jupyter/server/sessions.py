@@ -10,7 +10,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..errors import InvalidRequest
+from ..errors import Forbidden, InvalidRequest
 from ..model import Session, SessionType, Status
 from ..wire import session_to_json
 from .base import BaiHandler, require_running
@@ -38,9 +38,25 @@ def service_list(session: Session, base_url: str) -> list[dict[str, Any]]:
     return services
 
 
-def session_view(session: Session, base_url: str) -> dict[str, Any]:
-    """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``."""
-    return {**session_to_json(session), "services": service_list(session, base_url)}
+def session_view(session: Session, base_url: str, connection: bool = False) -> dict[str, Any]:
+    """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``.
+
+    A kernel's HMAC connection key signs every message to it (whoever has it can run
+    code there): it is left out unless ``connection`` (the owner's own GET asks).
+    """
+    view = {**session_to_json(session), "services": service_list(session, base_url)}
+    if not connection:
+        for kernel in view["kernels"]:
+            info = kernel.get("info") or {}
+            conn = info.get("connection")
+            if isinstance(conn, dict) and "key" in conn:
+                kept = {k: v for k, v in conn.items() if k != "key"}
+                kernel["info"] = {**info, "connection": kept}
+    return view
+
+
+def _flag(handler: BaiHandler, name: str) -> bool:
+    return handler.get_argument(name, "false").lower() in ("1", "true", "yes")
 
 
 def _parse_statuses(raw: list[str]) -> list[Status] | None:
@@ -103,7 +119,11 @@ class SessionHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def get(self, key: str) -> None:
-        self.write_json(session_view(await self.session(key), self.base_url))
+        session = await self.session(key)
+        connection = _flag(self, "connection")
+        if connection and session.owner != self.owner:
+            raise Forbidden("connection=true: only the session's owner gets its kernels' keys")
+        self.write_json(session_view(session, self.base_url, connection))
 
     @web.authenticated
     @authorized
