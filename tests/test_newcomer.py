@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -70,5 +71,43 @@ async def test_kernel_keys_only_to_the_owner_who_asks(tmp_path: Path) -> None:
         assert json.loads(admin.body)["error"] == "forbidden"
         everyone = await server.fetch("GET", "bai/api/v1/sessions?all=true", token="admin-token")
         assert all(keys(v) == [None] for v in json.loads(everyone.body)["sessions"])
+    finally:
+        server.stop()
+
+
+async def test_an_ended_sessions_record_can_be_purged(tmp_path: Path) -> None:
+    """``DELETE …?purge=true``: 409 while the session lives, then its record is gone."""
+    server = start_server(tmp_path / "server")
+    try:
+        made = await server.client().create({"starts_at": 4e9})  # stays pending
+        path = f"bai/api/v1/sessions/{made.id}"
+        live = await server.fetch("DELETE", path + "?purge=true")
+        assert live.code == 409, live.body
+        assert json.loads(live.body)["error"] == "conflict"
+        assert (await server.fetch("DELETE", path)).code == 200  # cancelled
+        purged = await server.fetch("DELETE", path + "?purge=true")
+        assert purged.code == 200, purged.body
+        assert json.loads(purged.body)["status"] == "CANCELLED"
+        gone = await server.fetch("GET", path)
+        assert gone.code == 404, gone.body
+    finally:
+        server.stop()
+
+
+async def test_ended_sessions_past_retention_are_deleted(tmp_path: Path) -> None:
+    """``ended_retention``: the periodic purge deletes ended records, leaves live ones."""
+    config = "c.SessionManager.ended_retention = 0.5\nc.SessionManager.retention_interval = 1\n"
+    server = start_server(tmp_path / "server", config)
+    try:
+        client = server.client()
+        ended = await client.create({"starts_at": 4e9})
+        await client.destroy(ended.id)
+        live = await client.create({"starts_at": 4e9})
+        for _ in range(600):  # the loop runs every second; a generous bound
+            if (await server.fetch("GET", f"bai/api/v1/sessions/{ended.id}")).code == 404:
+                break
+            await asyncio.sleep(0.1)
+        assert (await server.fetch("GET", f"bai/api/v1/sessions/{ended.id}")).code == 404
+        assert (await client.get(live.id)).status is Status.PENDING
     finally:
         server.stop()

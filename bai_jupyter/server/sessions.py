@@ -114,7 +114,7 @@ class SessionsHandler(BaiHandler):
 
 
 class SessionHandler(BaiHandler):
-    """One session: read it, or end it (cancel while pending, terminate otherwise)."""
+    """One session: read it, end it (cancel while pending, terminate otherwise), or purge it."""
 
     @web.authenticated
     @authorized
@@ -129,6 +129,11 @@ class SessionHandler(BaiHandler):
     @authorized
     async def delete(self, key: str) -> None:
         session = await self.session(key, "write")
+        if _flag(self, "purge"):  # delete an ended session's record (409 while not ended)
+            purged = await self.manager.purge(session.id)
+            self.app.runs.forget(session.id)
+            self.write_json(session_view(purged, self.base_url))
+            return
         reason = self.get_argument("reason", "user-requested")
         ended = await self.manager.destroy(session.id, reason=reason)
         self.app.runs.forget(session.id)
