@@ -904,6 +904,15 @@ class SessionManager(LoggingConfigurable):
                 and session.spec.type is SessionType.BATCH
             ):
                 await self._finish_batch(session, event)
+            elif (
+                event.kind is KernelEventKind.EXITED
+                and kernel.role is KernelRole.MAIN
+                and event.exit_code == 0
+                and not event.detail.get("oom_killed")
+            ):
+                # main1's ipykernel was asked to shut down (jupyter console's exit, a
+                # client's shutdown_request) and its runtime ended cleanly: not a death.
+                await self.destroy(session.id, reason="user-requested")
             elif event.kind is KernelEventKind.NETWORK_LOST:
                 await self._fail(session, "network-disconnected", kernel.hostname, None)
             else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,5 +111,55 @@ async def test_ended_sessions_past_retention_are_deleted(tmp_path: Path) -> None
             await asyncio.sleep(0.1)
         assert (await server.fetch("GET", f"bai/api/v1/sessions/{ended.id}")).code == 404
         assert (await client.get(live.id)).status is Status.PENDING
+    finally:
+        server.stop()
+
+
+@pytest.mark.docker
+async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
+    tmp_path: Path, kernel_image: str
+) -> None:
+    """``jupyter console --kernel <bai spec>`` runs code in main1; ``exit`` → TERMINATED."""
+    import pexpect
+
+    from bai_jupyter.kernelspecs import kernelspec_json
+
+    server = start_server(tmp_path / "server", 'c.SessionManager.backend = "docker"\n')
+    data = tmp_path / "client-data"
+    spec_dir = data / "kernels" / "bai-console"
+    spec_dir.mkdir(parents=True)
+    spec = kernelspec_json("bai console", {"resources": {"cpu": "0.5", "mem": "512m"}})
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("BAI_JUPYTER", "JUPYTER"))},
+        "JUPYTER_DATA_DIR": str(data),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "client-config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "client-runtime"),
+        "BAI_JUPYTER_URL": server.url,
+        "BAI_JUPYTER_TOKEN": server.token,
+        "TERM": "xterm",
+    }
+    console = str(Path(sys.executable).with_name("jupyter-console"))
+    try:
+        child = pexpect.spawn(
+            console,
+            ["--kernel", "bai-console", "--simple-prompt"],
+            env=env,
+            encoding="utf-8",
+            timeout=180,
+            dimensions=(40, 200),
+        )
+        child.expect(r"In \[1\]: ")
+        child.sendline("import os; print('host=' + os.environ['BACKENDAI_CLUSTER_HOST'])")
+        child.expect("host=main1")
+        child.expect(r"In \[2\]: ")
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+        child.close()
+        (session,) = await server.client().list()
+        ended = await server.client().wait_for(session.id, [Status.TERMINATED], timeout=120)
+        assert (ended.status, ended.status_info) == (Status.TERMINATED, "user-requested"), (
+            ended.status_data
+        )
     finally:
         server.stop()
