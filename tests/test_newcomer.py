@@ -120,7 +120,7 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
     tmp_path: Path, kernel_image: str
 ) -> None:
     """``jupyter console --kernel <bai spec>`` runs code in main1; ``exit`` → TERMINATED."""
-    import pexpect
+    import pexpect  # type: ignore[import-untyped]
 
     from bai_jupyter.kernelspecs import kernelspec_json
 
