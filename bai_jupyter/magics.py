@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from IPython import display as _display
 from IPython.core import magic_arguments as _margs
@@ -252,10 +253,17 @@ def sessions_table(rows: list[SessionRow]) -> str:
 
 
 def service_url(remote: RemoteManager, path: str | None) -> str:
-    """A service's proxy URL as reachable from here (the API gives a server path)."""
+    """A service's proxy URL for a person to open (the API gives a server path).
+
+    In a kernel, ``BAI_JUPYTER_URL`` is the kernel-access listener, which no browser
+    reaches: the server gives kernels its public URL as ``BAI_JUPYTER_PUBLIC_URL``.
+    """
     if not path:
         return "(tcp: not proxied)"
-    return remote.url.rstrip("/") + path if path.startswith("/") else remote.url + path
+    base = os.environ.get("BAI_JUPYTER_PUBLIC_URL") or remote.url
+    if path.startswith("/"):  # the server's absolute path (its base_url included)
+        return urlunsplit(urlsplit(base)._replace(path=path, query="", fragment=""))
+    return base.rstrip("/") + "/" + path
 
 
 def ports_text(remote: RemoteManager, session: Mapping[str, Any]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
 from tornado import web
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
-from traitlets import Bool, Float, Instance, Int
+from traitlets import Bool, Float, Instance, Int, Unicode
 
 from ..manager import SessionManager
 from ..model import Status
@@ -82,6 +83,13 @@ class BaiJupyterApp(ExtensionApp):
         "agents' kernels reach this host at, and give every kernel BAI_JUPYTER_URL and a "
         "BAI_JUPYTER_TOKEN that grants its owner's sessions and templates only.",
     )
+    public_url = Unicode(
+        "",
+        config=True,
+        help="The server's URL as people open it (e.g. behind a proxy), for the links %bai "
+        "prints in kernels. Empty: the BAI_JUPYTER_PUBLIC_URL environment variable, else "
+        "the server's own connection URL.",
+    )
     max_body_size = Int(
         1 << 20,
         config=True,
@@ -145,13 +153,23 @@ class BaiJupyterApp(ExtensionApp):
             self.serverapp.port,
         )
         self.access = access
-        manager.kernel_env_hook = lambda owner, agent_id: access.environ(
-            owner, addresses.get(agent_id)
-        )
+        # Links shown to people (%bai ports) use the public URL: the listener is the kernels'.
+        public = {"BAI_JUPYTER_PUBLIC_URL": self.public_base_url()}
+        manager.kernel_env_hook = lambda owner, agent_id: {
+            **access.environ(owner, addresses.get(agent_id)),
+            **public,
+        }
         # The host firewall lets kernels reach these listeners and no other host port.
         await manager.allow_host_ports(access.ports())
         for address, url in access.urls.items():
             self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
+
+    def public_base_url(self) -> str:
+        """Where people reach this server: ``public_url``, the environment, or its own URL."""
+        url = self.public_url or os.environ.get("BAI_JUPYTER_PUBLIC_URL", "")
+        if not url and self.serverapp is not None:
+            url = self.serverapp.connection_url
+        return url if url.endswith("/") else url + "/"
 
     async def _follow_sessions(self) -> None:
         """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client."""
