@@ -8,11 +8,13 @@ its arguments, and the function that runs it), so a new one (``image``,
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from . import __version__, image, kernelspecs
 from .scheduler.simulator import (
@@ -160,7 +162,23 @@ def _run_kernelspec_install(args: argparse.Namespace) -> int:
         print(f"{PROG} kernelspec install: error: {exc}", file=sys.stderr)
         return 2
     print(f"installed kernelspec {args.name} ({display}) in {path}")
+    warning = _fit_warning(config)
+    if warning:
+        print(f"{PROG} kernelspec install: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _fit_warning(config: dict[str, object]) -> str | None:
+    """Whether the request fits the agents this machine has now (best effort: a warning)."""
+    from .manager import SessionManager
+
+    async def capacities() -> dict[str, Any]:
+        return await SessionManager().agents_now()
+
+    try:
+        return kernelspecs.fit_warning(config, asyncio.run(capacities()))
+    except Exception:  # no engine, no permission: the check is advice, not a gate
+        return None
 
 
 def _run_kernelspec_list(args: argparse.Namespace) -> int:

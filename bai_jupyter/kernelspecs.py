@@ -11,19 +11,22 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from .resources import ResourceError
+from .model import ClusterMode
+from .resources import ResourceError, ResourceSlot
 from .templates import SpecError, parse_spec
 
 __all__ = [
     "InstalledKernelspec",
     "KernelspecError",
     "default_display_name",
+    "fit_warning",
     "install",
     "installed",
     "kernelspec_json",
@@ -82,6 +85,36 @@ def kernelspec_json(
         "interrupt_mode": interrupt_mode,
         "metadata": {"kernel_provisioner": {"provisioner_name": PROVISIONER, "config": config}},
     }
+
+
+def fit_warning(config: dict[str, Any], capacities: Mapping[str, ResourceSlot]) -> str | None:
+    """Why a kernelspec's request cannot run on the agents of ``capacities``; ``None`` if it can.
+
+    A launch that cannot fit waits in the queue until its ``launch_timeout``: say so at
+    install, with what would fit. Templates and attached sessions are the server's to judge.
+    """
+    if config.get("template") or config.get("session") or not capacities:
+        return None
+    request = {k: v for k, v in config.items() if k not in _PROVISIONER_ONLY}
+    spec = parse_spec({"type": "interactive", **request})
+    single = spec.cluster_mode is ClusterMode.SINGLE_NODE
+    need = spec.total_resources if single else spec.resources
+    if any(need.fits_in(capacity) for capacity in capacities.values()):
+        return None
+    agent, biggest = max(
+        capacities.items(), key=lambda item: (item[1].get_amount("cpu"), item[1].get_amount("mem"))
+    )
+    what = (
+        f"its {spec.cluster_size} kernel(s) on one agent need {need.describe()}"
+        if single
+        else f"each kernel needs {need.describe()}"
+    )
+    return (
+        f"this request cannot run on the agents this machine has now: {what}, but the "
+        f"biggest agent ({agent}) has {biggest.describe()}. A launch would wait in the queue "
+        f"until launch_timeout and fail. What fits: at most {biggest.describe()} "
+        f"{'for all kernels together' if single else 'per kernel'}."
+    )
 
 
 def install(

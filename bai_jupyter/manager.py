@@ -243,6 +243,15 @@ class SessionManager(LoggingConfigurable):
         if self.store is not None:
             self.store.close()
 
+    async def agents_now(self) -> dict[str, ResourceSlot]:
+        """The capacity of each agent this configuration gives, asked now (nothing started)."""
+        agents = await self._make_agents()
+        try:
+            return {agent.id: await agent.capacity() for agent in agents}
+        finally:
+            for agent in agents:
+                await agent.close()
+
     async def _make_agents(self) -> builtins.list[AgentBackend]:
         from .agents.docker import DockerAgent
         from .agents.local import LocalAgent
