@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import sys
@@ -149,6 +150,7 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
             timeout=180,
             dimensions=(40, 200),
         )
+        child.logfile_read = seen = io.StringIO()  # what the terminal showed, for failures
         child.expect(r"In \[1\]: ")
         child.sendline("import os; print('host=' + os.environ['BACKENDAI_CLUSTER_HOST'])")
         child.expect("host=main1")
@@ -156,6 +158,7 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
         child.sendline("exit")
         child.expect(pexpect.EOF)
         child.close()
+        assert "Traceback" not in seen.getvalue(), seen.getvalue()
         (session,) = await server.client().list()
         ended = await server.client().wait_for(session.id, [Status.TERMINATED], timeout=120)
         assert (ended.status, ended.status_info) == (Status.TERMINATED, "user-requested"), (
