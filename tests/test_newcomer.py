@@ -151,12 +151,15 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
             dimensions=(40, 200),
         )
         child.logfile_read = seen = io.StringIO()  # what the terminal showed, for failures
-        child.expect(r"In \[1\]: ")
-        child.sendline("import os; print('host=' + os.environ['BACKENDAI_CLUSTER_HOST'])")
-        child.expect("host=main1")
-        child.expect(r"In \[2\]: ")
-        child.sendline("exit")
-        child.expect(pexpect.EOF)
+        try:
+            child.expect(r"In \[1\]: ")
+            child.sendline("import os; print('host=' + os.environ['BACKENDAI_CLUSTER_HOST'])")
+            child.expect("host=main1")
+            child.expect(r"In \[2\]: ")
+            child.sendline("exit")
+            child.expect(pexpect.EOF)
+        except pexpect.TIMEOUT:
+            pytest.fail(f"terminal:\n{seen.getvalue()}\nserver:\n{server.tail()}")
         child.close()
         assert "Traceback" not in seen.getvalue(), seen.getvalue()
         (session,) = await server.client().list()
