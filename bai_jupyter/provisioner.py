@@ -46,6 +46,8 @@ __all__ = ["BaiProvisioner", "LaunchError", "Sessions", "find_sessions", "stop_e
 T = TypeVar("T")
 
 _ACTIVE = {Status.RUNNING, Status.RESTARTING}
+#: Lines of main1's log a failed launch or a dead kernel reports.
+_LOG_LINES = 20
 #: How long the process's exit waits for the embedded manager to finish its work.
 _EMBEDDED_STOP_TIMEOUT = 30.0
 
@@ -74,6 +76,8 @@ class Sessions(Protocol):
     async def destroy(self, key: str, reason: str = "user-requested") -> Session: ...
 
     async def signal(self, key: str, signum: int, kernel: str = "main1") -> None: ...
+
+    async def logs(self, key: str, kernel: str = "main1") -> str: ...
 
 
 class OwnedSessions:
@@ -116,6 +120,9 @@ class OwnedSessions:
 
     async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:
         await self._run(self.manager.signal(key, signum, kernel, self.owner))
+
+    async def logs(self, key: str, kernel: str = "main1") -> str:
+        return await self._run(self.manager.logs(key, kernel, self.owner))
 
 
 class _Embedded:
@@ -294,6 +301,8 @@ class BaiProvisioner(KernelProvisionerBase):
         #: main1 was already told to restart its ipykernel in this restart.
         self._hupped = False
         self._sessions: Sessions | None = None
+        #: The ended session whose reason is already in the log (poll runs every few seconds).
+        self._reported: str | None = None
 
     # --- the manager ------------------------------------------------------------------------
 
@@ -384,14 +393,27 @@ class BaiProvisioner(KernelProvisionerBase):
             raise
         if session.status not in _ACTIVE:
             self.session_id = None
-            detail = session.status_data.get("error") or _why_pending(session)
-            raise Unavailable(
-                f"session {session.id} ended before its kernel "
-                f"started: {session.status.value} ({session.status_info}): {detail}"
-            )
+            why = await self._why_ended(sessions, session)
+            self.log.warning("bai kernel %s: %s", self.kernel_id, why)
+            raise Unavailable(f"session {session.id} ended before its kernel started: {why}")
         if "key" not in self._main_connection(session):  # the API hides keys unless asked
             session = await sessions.get(session.id, connection=True)
         return self._connection(session)
+
+    async def _why_ended(self, sessions: Sessions, session: Session) -> str:
+        """Status, reason, error and the last lines of main1's log, for people to act on."""
+        why = f"{session.status.value} ({session.status_info})"
+        detail = str(session.status_data.get("error") or "")
+        if not detail and not session.kernels:
+            detail = _why_pending(session)
+        try:
+            log = (await sessions.logs(session.id)).strip()
+        except BaiError:
+            log = ""
+        tail = "\n".join(log.splitlines()[-_LOG_LINES:])
+        if tail and tail not in detail:
+            detail = f"{detail}\nmain1's last log lines:\n{tail}".strip()
+        return f"{why}: {detail}" if detail else why
 
     async def _give_up(self, sessions: Sessions, reason: str) -> Session:
         """Cancel the session of a launch that will not finish (attached ones are not ours)."""
@@ -421,7 +443,14 @@ class BaiProvisioner(KernelProvisionerBase):
     async def poll(self) -> int | None:
         if self.session_id is None or self._released:
             return 0
-        return _exit_code(await (await self._manager()).get(self.session_id))
+        sessions = await self._manager()
+        session = await sessions.get(self.session_id)
+        code = _exit_code(session)
+        if code and self._reported != session.id:  # Jupyter only says "the kernel died"
+            self._reported = session.id
+            why = await self._why_ended(sessions, session)
+            self.log.warning("bai kernel %s: session %s ended: %s", self.kernel_id, session.id, why)
+        return code
 
     async def wait(self) -> int | None:
         if self.session_id is None or self._released:
