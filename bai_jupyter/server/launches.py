@@ -35,6 +35,7 @@ def launch_error(exc: BaseException | None) -> LaunchError | None:
 class SessionsLaunchHandler(SessionRootHandler):
     """jupyter_server's ``/api/sessions``, answering a failed bai launch with its own status."""
 
+    @web.authenticated  # the server's own handler checks it too; marked for the endpoint audit
     async def post(self) -> None:
         try:
             await ensure_async(super().post())
