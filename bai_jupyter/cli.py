@@ -8,6 +8,7 @@ its arguments, and the function that runs it), so a new one (``image``,
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import __version__, image, kernelspecs
-from .resources import format_amount
+from .resources import ResourceSlot, format_amount
 from .scheduler.simulator import (
     METRICS_HELP,
     Overrides,
@@ -150,12 +151,14 @@ def _run_kernelspec_install(args: argparse.Namespace) -> int:
     resources = {slot: getattr(args, slot) for slot in ("cpu", "mem") if getattr(args, slot)}
     if resources:
         config["resources"] = resources
+    capacities: dict[str, ResourceSlot] | None = None
     try:
         kernelspecs.kernelspec_json("-", config, args.interrupt_mode)  # checked before probing
         if len(resources) < 2 and args.template is None and args.session is None:
             # A share of this machine's agent for what is left out (see docs/kernels.md).
+            capacities = _agents_now()
             derived = kernelspecs.derive_resources(
-                kernelspecs.machine_capacity(), args.cluster_size or 1
+                kernelspecs.biggest(capacities), args.cluster_size or 1
             )
             resources = {
                 **{slot: format_amount(slot, amount) for slot, amount in derived.items()},
@@ -176,7 +179,20 @@ def _run_kernelspec_install(args: argparse.Namespace) -> int:
         print(f"{PROG} kernelspec install: error: {exc}", file=sys.stderr)
         return 2
     print(f"installed kernelspec {args.name} ({display}) in {path}")
+    try:  # advice, not a gate: no engine or no permission is no warning
+        warning = kernelspecs.fit_warning(config, capacities or _agents_now())
+    except Exception:
+        warning = None
+    if warning:
+        print(f"{PROG} kernelspec install: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _agents_now() -> dict[str, ResourceSlot]:
+    """The agents this machine has now, as the manager would make them (blocking: CLI only)."""
+    from .manager import SessionManager
+
+    return asyncio.run(SessionManager().agents_now())
 
 
 def _run_kernelspec_list(args: argparse.Namespace) -> int:

@@ -139,9 +139,10 @@ class RemoteManager:
             body["meta"] = dict(meta)
         return session_from_json(await self._call("POST", "sessions", body))
 
-    async def get(self, key: str) -> Session:
-        """A session by id or name."""
-        return session_from_json(await self._call("GET", _path("sessions", key)))
+    async def get(self, key: str, connection: bool = False) -> Session:
+        """A session by id or name (``connection``: with its kernels' keys; owner only)."""
+        query = {"connection": "true"} if connection else None
+        return session_from_json(await self._call("GET", _path("sessions", key), query=query))
 
     async def get_json(self, key: str) -> dict[str, Any]:
         """A session as the API gives it, with its services' proxy URLs."""

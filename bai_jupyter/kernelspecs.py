@@ -13,7 +13,6 @@ launcher card shows the bai logo.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shutil
@@ -26,6 +25,7 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager
 
+from .model import ClusterMode
 from .resources import Amount, ResourceError, ResourceSlot
 from .scheduler.config import MIN_RESOURCES
 from .templates import SpecError, parse_spec
@@ -33,12 +33,13 @@ from .templates import SpecError, parse_spec
 __all__ = [
     "InstalledKernelspec",
     "KernelspecError",
+    "biggest",
     "default_display_name",
     "derive_resources",
+    "fit_warning",
     "install",
     "installed",
     "kernelspec_json",
-    "machine_capacity",
 ]
 
 PROVISIONER = "bai"
@@ -118,23 +119,11 @@ def derive_resources(
     return ResourceSlot(derived)
 
 
-def machine_capacity() -> ResourceSlot:
-    """What one agent of this machine offers, as the manager would find it with no
-    ``agents`` configured: the local Docker engine's CPUs and memory, else this host's,
-    less the agents' default reserve. Blocking (a CLI helper, not for the server)."""
-    from .agents.docker import DockerAgent
-    from .agents.local import LocalAgent
-
-    async def probe() -> ResourceSlot:
-        if await DockerAgent.engine_answers(None):
-            docker = DockerAgent("docker", firewall=False)
-            try:
-                return await docker.capacity()
-            finally:
-                await docker.close()
-        return await LocalAgent("local").capacity()
-
-    return asyncio.run(probe())
+def biggest(capacities: Mapping[str, ResourceSlot]) -> ResourceSlot:
+    """The agent with the most CPUs (then memory): the one a derived request is a share of."""
+    if not capacities:
+        raise KernelspecError("resources: no agent on this machine to derive them from")
+    return max(capacities.values(), key=lambda c: (c.get_amount("cpu"), c.get_amount("mem")))
 
 
 def _describe_amount(slot: str, amount: Decimal) -> str:
@@ -185,6 +174,36 @@ def kernelspec_json(
         "interrupt_mode": interrupt_mode,
         "metadata": {"kernel_provisioner": {"provisioner_name": PROVISIONER, "config": config}},
     }
+
+
+def fit_warning(config: dict[str, Any], capacities: Mapping[str, ResourceSlot]) -> str | None:
+    """Why a kernelspec's request cannot run on the agents of ``capacities``; ``None`` if it can.
+
+    A launch that cannot fit waits in the queue until its ``launch_timeout``: say so at
+    install, with what would fit. Templates and attached sessions are the server's to judge.
+    """
+    if config.get("template") or config.get("session") or not capacities:
+        return None
+    request = {k: v for k, v in config.items() if k not in _PROVISIONER_ONLY}
+    spec = parse_spec({"type": "interactive", **request})
+    single = spec.cluster_mode is ClusterMode.SINGLE_NODE
+    need = spec.total_resources if single else spec.resources
+    if any(need.fits_in(capacity) for capacity in capacities.values()):
+        return None
+    agent, biggest = max(
+        capacities.items(), key=lambda item: (item[1].get_amount("cpu"), item[1].get_amount("mem"))
+    )
+    what = (
+        f"its {spec.cluster_size} kernel(s) on one agent need {need.describe()}"
+        if single
+        else f"each kernel needs {need.describe()}"
+    )
+    return (
+        f"this request cannot run on the agents this machine has now: {what}, but the "
+        f"biggest agent ({agent}) has {biggest.describe()}. A launch would wait in the queue "
+        f"until launch_timeout and fail. What fits: at most {biggest.describe()} "
+        f"{'for all kernels together' if single else 'per kernel'}."
+    )
 
 
 def install(

@@ -25,12 +25,14 @@ import re
 import shlex
 import shutil
 import sys
+import textwrap
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from IPython import display as _display
 from IPython.core import magic_arguments as _margs
@@ -251,10 +253,17 @@ def sessions_table(rows: list[SessionRow]) -> str:
 
 
 def service_url(remote: RemoteManager, path: str | None) -> str:
-    """A service's proxy URL as reachable from here (the API gives a server path)."""
+    """A service's proxy URL for a person to open (the API gives a server path).
+
+    In a kernel, ``BAI_JUPYTER_URL`` is the kernel-access listener, which no browser
+    reaches: the server gives kernels its public URL as ``BAI_JUPYTER_PUBLIC_URL``.
+    """
     if not path:
         return "(tcp: not proxied)"
-    return remote.url.rstrip("/") + path if path.startswith("/") else remote.url + path
+    base = os.environ.get("BAI_JUPYTER_PUBLIC_URL") or remote.url
+    if path.startswith("/"):  # the server's absolute path (its base_url included)
+        return urlunsplit(urlsplit(base)._replace(path=path, query="", fragment=""))
+    return base.rstrip("/") + "/" + path
 
 
 def ports_text(remote: RemoteManager, session: Mapping[str, Any]) -> str:
@@ -526,7 +535,7 @@ class BaiMagics(Magics):
             raise UsageError(f"%bai: unknown command {command!r} (commands: {', '.join(COMMANDS)})")
         options = split_command(rest)[0] if command == "run" else rest
         if re.search(r"(?:^|\s)(?:-h|--help)(?:\s|$)", options):
-            print(handler.__doc__)
+            print(command_help(command))
             return None
         if (cell is not None) != (command == "exec"):
             raise UsageError(
@@ -745,10 +754,26 @@ async def _load_rows(remote: RemoteManager, all_states: bool) -> list[SessionRow
     return rows
 
 
+def command_help(command: str) -> str:
+    """One command's usage and help, as a person reads it in a notebook.
+
+    IPython's magic_arguments writes the usage as a reST literal block (``::`` lines,
+    indented) under the parser's prog; drop those markers and name the cell magic
+    ``%%bai exec`` as it is typed.
+    """
+    doc = str(getattr(BaiMagics, f"_{command}").__doc__)
+    lines = [line for line in doc.strip().splitlines() if line.strip() != "::"]
+    text = textwrap.dedent("\n".join(lines)).strip()
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    if command == "exec":
+        text = re.sub(r"(?<!%)%bai exec", "%%bai exec", text)
+    return text
+
+
 def overview() -> str:
     """``%bai -h``: every command's usage and help."""
-    parts = ["%bai COMMAND [options]; %bai COMMAND -h for one command.\n"]
-    parts += [str(getattr(BaiMagics, f"_{c}").__doc__).strip() for c in COMMANDS]
+    parts = ["%bai COMMAND [options]; %bai COMMAND -h for one command."]
+    parts += [command_help(c) for c in COMMANDS]
     parts.append(
         "The manager: BAI_JUPYTER_URL and BAI_JUPYTER_TOKEN, else the Jupyter server "
         "that started this kernel. See docs/magics.md."

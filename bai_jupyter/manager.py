@@ -168,6 +168,15 @@ class SessionManager(LoggingConfigurable):
     start_timeout = Float(
         120.0, config=True, help="Seconds an agent may take to start a session's kernels."
     )
+    ended_retention = Float(
+        7 * 86400.0,
+        config=True,
+        help="Seconds an ended session's record (status, history, kernels' logs) is kept "
+        "after it ended; older ones are deleted every retention_interval. 0: keep forever.",
+    )
+    retention_interval = Float(
+        3600.0, config=True, help="Seconds between deletions of ended sessions past retention."
+    )
     log_limit = Int(
         _LOG_LIMIT, config=True, help="Characters of each kernel's log kept after it ends."
     )
@@ -223,6 +232,7 @@ class SessionManager(LoggingConfigurable):
         for agent in self._agents.values():
             self._loops.add(self._spawn(self._watch(agent)))
         self._loops.add(self._spawn(self._scheduler_loop()))
+        self._loops.add(self._spawn(self._retention_loop()))
         self._started = True
         self.wake()
 
@@ -245,6 +255,15 @@ class SessionManager(LoggingConfigurable):
         self._agents.clear()
         if self.store is not None:
             self.store.close()
+
+    async def agents_now(self) -> dict[str, ResourceSlot]:
+        """The capacity of each agent this configuration gives, asked now (nothing started)."""
+        agents = await self._make_agents()
+        try:
+            return {agent.id: await agent.capacity() for agent in agents}
+        finally:
+            for agent in agents:
+                await agent.close()
 
     async def _make_agents(self) -> builtins.list[AgentBackend]:
         from .agents.docker import DockerAgent
@@ -492,6 +511,36 @@ class SessionManager(LoggingConfigurable):
         """Sessions, oldest first, of one owner (or everyone's) in the given statuses."""
         wanted = None if statuses is None else builtins.list(statuses)
         return await self._query(lambda tx: tx.list_sessions(owner=owner, statuses=wanted))
+
+    async def purge(self, key: str, owner: str | None = None) -> Session:
+        """Delete an ended session's record (its logs too); Conflict while it has not ended."""
+        session = await self.get(key, owner)
+        if not session.status.is_terminal:
+            raise Conflict(
+                f"session {session.id} is {session.status.value}: only an ended session's "
+                "record can be deleted; end it first (DELETE without purge)"
+            )
+        await self._db(lambda tx: tx.delete_sessions([session.id]))
+        return session
+
+    async def purge_ended(self, older_than: float) -> int:
+        """Delete the records of sessions that ended more than ``older_than`` seconds ago."""
+        cutoff = time.time() - older_than
+        ended = await self.list(statuses=[s for s in Status if s.is_terminal])
+        old = [s.id for s in ended if (s.status_history[-1].at if s.status_history else 0) < cutoff]
+        return await self._db(lambda tx: tx.delete_sessions(old)) if old else 0
+
+    async def _retention_loop(self) -> None:
+        """Ended sessions do not pile up: delete those past ``ended_retention``."""
+        while self.ended_retention > 0:
+            try:
+                gone = await self.purge_ended(self.ended_retention)
+            except Exception:
+                self.log.exception("bai-jupyter: deleting ended sessions failed")
+            else:
+                if gone:
+                    self.log.info("bai-jupyter: deleted %d ended sessions past retention", gone)
+            await asyncio.sleep(max(self.retention_interval, 1.0))
 
     async def destroy(
         self, key: str, owner: str | None = None, reason: str = "user-requested"
@@ -922,6 +971,15 @@ class SessionManager(LoggingConfigurable):
                 and session.spec.type is SessionType.BATCH
             ):
                 await self._finish_batch(session, event)
+            elif (
+                event.kind is KernelEventKind.EXITED
+                and kernel.role is KernelRole.MAIN
+                and event.exit_code == 0
+                and not event.detail.get("oom_killed")
+            ):
+                # main1's ipykernel was asked to shut down (jupyter console's exit, a
+                # client's shutdown_request) and its runtime ended cleanly: not a death.
+                await self.destroy(session.id, reason="user-requested")
             elif event.kind is KernelEventKind.NETWORK_LOST:
                 await self._fail(session, "network-disconnected", kernel.hostname, None)
             else:

@@ -47,6 +47,8 @@ __all__ = ["BaiProvisioner", "LaunchError", "Sessions", "find_sessions", "stop_e
 T = TypeVar("T")
 
 _ACTIVE = {Status.RUNNING, Status.RESTARTING}
+#: Lines of main1's log a failed launch or a dead kernel reports.
+_LOG_LINES = 20
 #: How long the process's exit waits for the embedded manager to finish its work.
 _EMBEDDED_STOP_TIMEOUT = 30.0
 
@@ -66,7 +68,7 @@ class Sessions(Protocol):
         meta: Mapping[str, Any] | None = None,
     ) -> Session: ...
 
-    async def get(self, key: str) -> Session: ...
+    async def get(self, key: str, connection: bool = False) -> Session: ...
 
     async def wait_for(
         self, key: str, statuses: Iterable[Status], timeout: float | None = None
@@ -75,6 +77,8 @@ class Sessions(Protocol):
     async def destroy(self, key: str, reason: str = "user-requested") -> Session: ...
 
     async def signal(self, key: str, signum: int, kernel: str = "main1") -> None: ...
+
+    async def logs(self, key: str, kernel: str = "main1") -> str: ...
 
 
 class OwnedSessions:
@@ -104,8 +108,8 @@ class OwnedSessions:
     ) -> Session:
         return await self._run(self.manager.create(request, self.owner, template, meta))
 
-    async def get(self, key: str) -> Session:
-        return await self._run(self.manager.get(key, self.owner))
+    async def get(self, key: str, connection: bool = False) -> Session:
+        return await self._run(self.manager.get(key, self.owner))  # keys always in-process
 
     async def wait_for(
         self, key: str, statuses: Iterable[Status], timeout: float | None = None
@@ -117,6 +121,9 @@ class OwnedSessions:
 
     async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:
         await self._run(self.manager.signal(key, signum, kernel, self.owner))
+
+    async def logs(self, key: str, kernel: str = "main1") -> str:
+        return await self._run(self.manager.logs(key, kernel, self.owner))
 
 
 class _Embedded:
@@ -306,6 +313,8 @@ class BaiProvisioner(KernelProvisionerBase):
         #: main1 was already told to restart its ipykernel in this restart.
         self._hupped = False
         self._sessions: Sessions | None = None
+        #: The ended session whose reason is already in the log (poll runs every few seconds).
+        self._reported: str | None = None
 
     # --- the manager ------------------------------------------------------------------------
 
@@ -351,7 +360,7 @@ class BaiProvisioner(KernelProvisionerBase):
     async def _launch(self) -> KernelConnectionInfo:
         sessions = await self._manager()
         if self.session_id is not None:
-            current = await sessions.get(self.session_id)
+            current = await sessions.get(self.session_id, connection=True)
             if current.status in _ACTIVE:
                 self._released = self._hupped = False  # a restart in place
                 return self._connection(current)
@@ -399,12 +408,27 @@ class BaiProvisioner(KernelProvisionerBase):
             raise
         if session.status not in _ACTIVE:
             self.session_id = None
-            detail = session.status_data.get("error") or _why_pending(session)
-            raise Unavailable(
-                f"session {session.id} ended before its kernel "
-                f"started: {session.status.value} ({session.status_info}): {detail}"
-            )
+            why = await self._why_ended(sessions, session)
+            self.log.warning("bai kernel %s: %s", self.kernel_id, why)
+            raise Unavailable(f"session {session.id} ended before its kernel started: {why}")
+        if "key" not in self._main_connection(session):  # the API hides keys unless asked
+            session = await sessions.get(session.id, connection=True)
         return self._connection(session)
+
+    async def _why_ended(self, sessions: Sessions, session: Session) -> str:
+        """Status, reason, error and the last lines of main1's log, for people to act on."""
+        why = f"{session.status.value} ({session.status_info})"
+        detail = str(session.status_data.get("error") or "")
+        if not detail and not session.kernels:
+            detail = _why_pending(session)
+        try:
+            log = (await sessions.logs(session.id)).strip()
+        except BaiError:
+            log = ""
+        tail = "\n".join(log.splitlines()[-_LOG_LINES:])
+        if tail and tail not in detail:
+            detail = f"{detail}\nmain1's last log lines:\n{tail}".strip()
+        return f"{why}: {detail}" if detail else why
 
     async def _give_up(self, sessions: Sessions, reason: str) -> Session:
         """Cancel the session of a launch that will not finish (attached ones are not ours)."""
@@ -414,9 +438,14 @@ class BaiProvisioner(KernelProvisionerBase):
             return await sessions.get(key)
         return await sessions.destroy(key, reason=reason)
 
+    @staticmethod
+    def _main_connection(session: Session) -> dict[str, Any]:
+        main = next((k for k in session.kernels if k.hostname == "main1"), None)
+        connection = main.info.get("connection") if main is not None else None
+        return connection if isinstance(connection, dict) else {}
+
     def _connection(self, session: Session) -> KernelConnectionInfo:
-        main = next(k for k in session.kernels if k.hostname == "main1")
-        connection = main.info.get("connection")
+        connection = self._main_connection(session)
         if not connection:
             raise Unavailable(f"session {session.id} runs no ipykernel in main1")
         # Bytes, as jupyter_client holds it: a str key would not compare equal.
@@ -429,7 +458,14 @@ class BaiProvisioner(KernelProvisionerBase):
     async def poll(self) -> int | None:
         if self.session_id is None or self._released:
             return 0
-        return _exit_code(await (await self._manager()).get(self.session_id))
+        sessions = await self._manager()
+        session = await sessions.get(self.session_id)
+        code = _exit_code(session)
+        if code and self._reported != session.id:  # Jupyter only says "the kernel died"
+            self._reported = session.id
+            why = await self._why_ended(sessions, session)
+            self.log.warning("bai kernel %s: session %s ended: %s", self.kernel_id, session.id, why)
+        return code
 
     async def wait(self) -> int | None:
         if self.session_id is None or self._released:

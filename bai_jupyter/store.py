@@ -507,6 +507,18 @@ class Transaction:
         )
         return bool(result.rowcount)
 
+    def delete_sessions(self, ids: Iterable[str]) -> int:
+        """Remove sessions' records (kernels, logs and history with them); how many went."""
+        gone = 0
+        for chunk in _chunks(list(ids)):
+            for table in (history_table, kernels_table):
+                self.conn.execute(sa.delete(table).where(table.c.session_id.in_(chunk)))
+            result = self.conn.execute(
+                sa.delete(sessions_table).where(sessions_table.c.id.in_(chunk))
+            )
+            gone += result.rowcount or 0
+        return gone
+
     # --- scheduling -----------------------------------------------------------------------
 
     def set_status_data(self, updates: dict[str, dict[str, Any]]) -> None:

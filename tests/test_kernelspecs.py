@@ -15,7 +15,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
 from bai_jupyter import kernelspecs
-from bai_jupyter.cli import main
+from bai_jupyter.cli import _agents_now, main
 from bai_jupyter.resources import ResourceSlot, format_amount
 from bai_jupyter.scheduler.config import MIN_RESOURCES, SchedulerConfig
 
@@ -110,6 +110,11 @@ def test_list_shows_only_bai_kernelspecs(
 # --- resources derived from the machine, names and logos (issue 11, points 10 and 11)
 
 
+def machine() -> ResourceSlot:
+    """This machine's biggest agent, as the manager finds it (the real engine, or this host)."""
+    return kernelspecs.biggest(_agents_now())
+
+
 def _installed(data_dir: Path, name: str) -> dict[str, Any]:
     spec: dict[str, Any] = json.loads((data_dir / "kernels" / name / "kernel.json").read_text())
     return spec
@@ -120,7 +125,7 @@ def test_install_asks_for_a_share_of_this_machine(data_dir: Path, size: int) -> 
     """No --cpu/--mem: the spec asks for half of this machine's agent (the real Docker
     engine's or this host's capacity), so a third session queues; the name says so."""
     assert main(["kernelspec", "install", "py", "--cluster-size", str(size)]) == 0
-    capacity = kernelspecs.machine_capacity()
+    capacity = machine()
     derived = kernelspecs.derive_resources(capacity, size)
     config = _installed(data_dir, "py")["metadata"]["kernel_provisioner"]["config"]
     assert ResourceSlot(config["resources"]) == derived
@@ -138,7 +143,7 @@ def test_install_asks_for_a_share_of_this_machine(data_dir: Path, size: int) -> 
 def test_one_given_slot_is_kept_and_the_other_derived(data_dir: Path) -> None:
     assert main(["kernelspec", "install", "py", "--cpu", "0.25"]) == 0
     resources = _installed(data_dir, "py")["metadata"]["kernel_provisioner"]["config"]["resources"]
-    derived = kernelspecs.derive_resources(kernelspecs.machine_capacity())
+    derived = kernelspecs.derive_resources(machine())
     assert ResourceSlot(resources) == ResourceSlot({"cpu": "0.25", "mem": derived["mem"]})
 
 

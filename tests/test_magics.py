@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -517,3 +518,15 @@ def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
     finally:
         client.stop_channels()
         asyncio.run(remote.destroy(session.id))
+
+
+def test_help_has_no_rest_markers_and_names_the_cell_magic() -> None:
+    """``%bai -h`` and ``%bai exec -h``: no stray ``::`` lines; exec is ``%%bai exec``."""
+    from bai_jupyter.magics import command_help, overview
+
+    text = overview()
+    assert not [line for line in text.splitlines() if line.strip() == "::"]
+    assert "%%bai exec [--hosts HOSTS]" in text
+    assert not re.search(r"(?<!%)%bai exec", text)
+    assert command_help("exec").startswith("%%bai exec [--hosts HOSTS]")
+    assert command_help("status").startswith("%bai status [--text]")

@@ -9,6 +9,9 @@ config reaches it, and the CLI reads the very same settings.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from ..store import Transaction
 from .events import end_stream
 from .execute import KernelRuns
 from .kernel_access import KernelAccess, child_key, revoked_key
+from .launches import LaunchErrorFilter
 from .lookup import RunningSessions
 from .routes import api_routes, routes
 from .upstream import upstream_client
@@ -107,6 +111,13 @@ class BaiJupyterApp(ExtensionApp):
         help="May a kernel's BAI_JUPYTER_TOKEN create sessions (for the session's owner, "
         "within the owner's limits)? Off: such a create gets 403 forbidden.",
     )
+    public_url = Unicode(
+        "",
+        config=True,
+        help="The server's URL as people open it (e.g. behind a proxy), for the links %bai "
+        "prints in kernels. Empty: the BAI_JUPYTER_PUBLIC_URL environment variable, else "
+        "the server's own connection URL.",
+    )
     max_body_size = Int(
         1 << 20,
         config=True,
@@ -138,6 +149,8 @@ class BaiJupyterApp(ExtensionApp):
     manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
 
     def initialize_settings(self) -> None:
+        if self.serverapp is not None:  # failed bai launches: one warning line, no traceback
+            self.serverapp.log.addFilter(LaunchErrorFilter())
         self.manager = SessionManager(parent=self, log=self.log)
         root = self.notebook_dir
         if root is None and self.serverapp is not None:
@@ -200,13 +213,23 @@ class BaiJupyterApp(ExtensionApp):
             self.serverapp.port,
         )
         self.access = access
-        manager.kernel_env_hook = lambda session_id, agent_id: access.environ(
-            session_id, addresses.get(agent_id)
-        )
+        # Links shown to people (%bai ports) use the public URL: the listener is the kernels'.
+        public = {"BAI_JUPYTER_PUBLIC_URL": self.public_base_url()}
+        manager.kernel_env_hook = lambda session_id, agent_id: {
+            **access.environ(session_id, addresses.get(agent_id)),
+            **public,
+        }
         # The host firewall lets kernels reach these listeners and no other host port.
         await manager.allow_host_ports(access.ports())
         for address, url in access.urls.items():
             self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
+
+    def public_base_url(self) -> str:
+        """Where people reach this server: ``public_url``, the environment, or its own URL."""
+        url = self.public_url or os.environ.get("BAI_JUPYTER_PUBLIC_URL", "")
+        if not url and self.serverapp is not None:
+            url = self.serverapp.connection_url
+        return url if url.endswith("/") else url + "/"
 
     async def _follow_sessions(self) -> None:
         """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client."""
@@ -220,21 +243,49 @@ class BaiJupyterApp(ExtensionApp):
         """End kernel-backed sessions with their kernels, then stop the manager cleanly.
 
         Jupyter shuts its kernels down only after the extensions stopped, when the
-        manager could no longer remove their containers: so do it first.
+        manager could no longer remove their containers: so do it first. Every step
+        is guarded: one that fails (``shutdown_all`` raises 404 for a kernel whose
+        launch failed) is logged and the rest still run, so the server always exits.
         """
         if self.manager is None:
             return
         kernels = getattr(self.serverapp, "kernel_manager", None)
-        if kernels is not None:
-            await ensure_async(kernels.shutdown_all())
-        for stream in self.streams:
-            end_stream(stream)
-        if self._watcher is not None:
-            self._watcher.cancel()
-        self.runs.close()
-        if self._upstream is not None:
-            self._upstream.close()
-        if self.access is not None:
-            self.access.stop()
-        unregister_manager(self.manager)
-        await self.manager.stop()
+        manager = self.manager
+
+        async def shutdown_kernels() -> None:
+            if kernels is not None:
+                await ensure_async(kernels.shutdown_all())
+
+        def close_streams() -> None:
+            for stream in self.streams:
+                end_stream(stream)
+            if self._watcher is not None:
+                self._watcher.cancel()
+
+        def close_clients() -> None:
+            if self._upstream is not None:
+                self._upstream.close()
+            if self.access is not None:
+                self.access.stop()
+
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("shutting kernels down", shutdown_kernels),
+            ("ending event streams", close_streams),
+            ("closing kernel clients", self.runs.close),
+            ("closing the proxy client and kernel access", close_clients),
+            ("unregistering the manager", lambda: unregister_manager(manager)),
+            ("stopping the manager", manager.stop),
+        ]
+        for what, step in steps:
+            try:
+                result = step()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                # A kernel whose launch failed is "not found" (404) here: expected, no traceback.
+                self.log.warning(
+                    "bai-jupyter: %s failed while stopping (%s); going on",
+                    what,
+                    exc,
+                    exc_info=not isinstance(exc, web.HTTPError),
+                )

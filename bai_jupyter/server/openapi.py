@@ -260,11 +260,25 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
         },
         "/sessions/{key}": {
             "parameters": [_SESSION_KEY],
-            "get": _op("a session", {"200": _SESSION}),
-            "delete": _op(
-                "cancel a pending session, terminate a running one",
+            "get": _op(
+                "a session (kernels' connection keys left out unless connection=true)",
                 {"200": _SESSION},
-                parameters=[_query("reason", "status_info to record; default user-requested")],
+                parameters=[
+                    _query(
+                        "connection",
+                        "the owner only: include kernels[].info.connection.key (403 otherwise)",
+                        enum=["true", "false"],
+                    )
+                ],
+            ),
+            "delete": _op(
+                "cancel a pending session, terminate a running one; purge=true deletes an "
+                "ended session's record (409 while not ended)",
+                {"200": _SESSION},
+                parameters=[
+                    _query("reason", "status_info to record; default user-requested"),
+                    _query("purge", "delete an ended session's record", enum=["true", "false"]),
+                ],
             ),
         },
         "/sessions/{key}/logs": {

@@ -11,6 +11,7 @@ from .base import BaiHandler
 from .cluster import AgentsHandler, SchedulerHandler
 from .events import EventsHandler
 from .execute import ExecuteHandler
+from .launches import SessionsLaunchHandler
 from .openapi import openapi
 from .proxy import SessionProxyHandler
 from .sessions import (
@@ -61,4 +62,6 @@ def routes(app: Any) -> list[tuple[Any, ...]]:
     """Every route of the extension, the proxy's included."""
     table: list[tuple[Any, ...]] = list(api_routes())
     table.append((f"/bai/sessions/{_KEY}/proxy/{_KEY}(/.*|)", SessionProxyHandler, {"app": app}))
+    # Extension routes come before the server's own: this one replaces /api/sessions.
+    table.append((r"/api/sessions", SessionsLaunchHandler))
     return table

@@ -11,7 +11,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..errors import InvalidRequest
+from ..errors import Forbidden, InvalidRequest
 from ..model import Session, SessionType, Status
 from ..wire import session_to_json
 from .base import BaiHandler, require_running
@@ -40,9 +40,25 @@ def service_list(session: Session, base_url: str) -> list[dict[str, Any]]:
     return services
 
 
-def session_view(session: Session, base_url: str) -> dict[str, Any]:
-    """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``."""
-    return {**session_to_json(session), "services": service_list(session, base_url)}
+def session_view(session: Session, base_url: str, connection: bool = False) -> dict[str, Any]:
+    """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``.
+
+    A kernel's HMAC connection key signs every message to it (whoever has it can run
+    code there): it is left out unless ``connection`` (the owner's own GET asks).
+    """
+    view = {**session_to_json(session), "services": service_list(session, base_url)}
+    if not connection:
+        for kernel in view["kernels"]:
+            info = kernel.get("info") or {}
+            conn = info.get("connection")
+            if isinstance(conn, dict) and "key" in conn:
+                kept = {k: v for k, v in conn.items() if k != "key"}
+                kernel["info"] = {**info, "connection": kept}
+    return view
+
+
+def _flag(handler: BaiHandler, name: str) -> bool:
+    return handler.get_argument(name, "false").lower() in ("1", "true", "yes")
 
 
 def _parse_statuses(raw: list[str]) -> list[Status] | None:
@@ -108,17 +124,26 @@ class SessionsHandler(BaiHandler):
 
 
 class SessionHandler(BaiHandler):
-    """One session: read it, or end it (cancel while pending, terminate otherwise)."""
+    """One session: read it, end it (cancel while pending, terminate otherwise), or purge it."""
 
     @web.authenticated
     @authorized
     async def get(self, key: str) -> None:
-        self.write_json(session_view(await self.session(key), self.base_url))
+        session = await self.session(key)
+        connection = _flag(self, "connection")
+        if connection and session.owner != self.owner:
+            raise Forbidden("connection=true: only the session's owner gets its kernels' keys")
+        self.write_json(session_view(session, self.base_url, connection))
 
     @web.authenticated
     @authorized
     async def delete(self, key: str) -> None:
         session = await self.session(key, "write")
+        if _flag(self, "purge"):  # delete an ended session's record (409 while not ended)
+            purged = await self.manager.purge(session.id)
+            self.app.runs.forget(session.id)
+            self.write_json(session_view(purged, self.base_url))
+            return
         reason = self.get_argument("reason", "user-requested")
         ended = await self.manager.destroy(session.id, reason=reason)
         self.app.runs.forget(session.id)
