@@ -190,9 +190,9 @@ def _run_kernelspec_install(args: argparse.Namespace) -> int:
 
 def _agents_now() -> dict[str, ResourceSlot]:
     """The agents this machine has now, as the manager would make them (blocking: CLI only)."""
-    from .manager import SessionManager
+    from .manager import BaiSessionManager
 
-    return asyncio.run(SessionManager().agents_now())
+    return asyncio.run(BaiSessionManager().agents_now())
 
 
 def _run_kernelspec_list(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@
 Front ends that run outside the Jupyter server which owns the manager (a kernel
 provisioner under JupyterHub, ``%bai`` in a remote kernel, scripts) use
 :class:`RemoteManager` exactly as they would use
-:class:`~bai_jupyter.manager.SessionManager`; the server decides the owner from
+:class:`~bai_jupyter.manager.BaiSessionManager`; the server decides the owner from
 the token. Errors come back as the same :mod:`bai_jupyter.errors` classes.
 Everything is non-blocking (tornado's ``AsyncHTTPClient``).
 """

@@ -202,7 +202,7 @@ class MountPolicy:
                 allowed = ", ".join(p for p, _ in self.allowed) or "none configured"
                 raise MountRefused(
                     f"{shown}: host paths must be under "
-                    f"SessionManager.allowed_host_paths ({allowed})"
+                    f"BaiSessionManager.allowed_host_paths ({allowed})"
                 )
             read_only = read_only or prefix[1]
         return Mount(real, mount.target, read_only, mount.folder)

@@ -92,7 +92,7 @@ def _nested(a: PurePosixPath, b: PurePosixPath) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-class SessionManager(LoggingConfigurable):
+class BaiSessionManager(LoggingConfigurable):
     """Sessions for one Jupyter server, a JupyterHub, or a command-line tool."""
 
     store_url = Unicode(

@@ -40,7 +40,7 @@ from .model import Session, SessionType, Status
 from .registry import current_manager, kernel_owner, local_owner
 
 if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
-    from .manager import SessionManager
+    from .manager import BaiSessionManager
 
 __all__ = ["BaiProvisioner", "LaunchError", "Sessions", "find_sessions", "stop_embedded_manager"]
 
@@ -57,7 +57,7 @@ class Sessions(Protocol):
     """What the provisioner needs of a manager: one owner's sessions.
 
     :class:`bai_jupyter.client.RemoteManager` is one as it is (the server decides
-    the owner); a :class:`~bai_jupyter.manager.SessionManager` is one through
+    the owner); a :class:`~bai_jupyter.manager.BaiSessionManager` is one through
     :class:`OwnedSessions`.
     """
 
@@ -82,14 +82,14 @@ class Sessions(Protocol):
 
 
 class OwnedSessions:
-    """A :class:`SessionManager` as one owner's :class:`Sessions`, run on the manager's loop.
+    """A :class:`BaiSessionManager` as one owner's :class:`Sessions`, run on the manager's loop.
 
     ``loop`` is the loop of a manager that lives on another thread (the embedded
     one); ``None`` calls it on the caller's loop (the server extension's).
     """
 
     def __init__(
-        self, manager: SessionManager, owner: str, loop: asyncio.AbstractEventLoop | None = None
+        self, manager: BaiSessionManager, owner: str, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
         self.manager = manager
         self.owner = owner
@@ -135,7 +135,7 @@ class _Embedded:
     """
 
     def __init__(self, config: Config) -> None:
-        from .manager import SessionManager
+        from .manager import BaiSessionManager
 
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="bai-embedded"))
@@ -143,7 +143,7 @@ class _Embedded:
             target=self.loop.run_forever, name="bai-jupyter-embedded-manager", daemon=True
         )
         self.thread.start()
-        self.manager = SessionManager(config=config)
+        self.manager = BaiSessionManager(config=config)
         self.started = asyncio.run_coroutine_threadsafe(self.manager.start(), self.loop)
 
     def stop(self) -> None:

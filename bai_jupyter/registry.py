@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .manager import SessionManager
+    from .manager import BaiSessionManager
 
 __all__ = [
     "current_manager",
@@ -28,23 +28,23 @@ __all__ = [
 #: kernels started by that request (``POST /api/kernels``, ``/api/sessions``) are theirs.
 request_user: ContextVar[str | None] = ContextVar("bai_jupyter_request_user", default=None)
 
-_current: SessionManager | None = None
+_current: BaiSessionManager | None = None
 
 
-def register_manager(manager: SessionManager) -> None:
+def register_manager(manager: BaiSessionManager) -> None:
     """Make ``manager`` the one in-process front ends use."""
     global _current
     _current = manager
 
 
-def unregister_manager(manager: SessionManager) -> None:
+def unregister_manager(manager: BaiSessionManager) -> None:
     """Forget ``manager`` if it is the registered one (on stop)."""
     global _current
     if _current is manager:
         _current = None
 
 
-def current_manager() -> SessionManager | None:
+def current_manager() -> BaiSessionManager | None:
     """The registered manager, or ``None`` when no server extension runs here."""
     return _current
 

@@ -8,7 +8,7 @@ Arms, interleaved round by round so they share the machine's noise
 
 * ``size1`` / ``size2`` / ``size4``: an interactive session of that cluster size
   (per kernel ``cpu 0.5, mem 256m``, single-node, default image) on the docker
-  backend, timed from ``SessionManager.create`` until ``wait_for`` returns
+  backend, timed from ``BaiSessionManager.create`` until ``wait_for`` returns
   RUNNING (which includes the manager's wait for each kernel's runtime to report
   ready). One manager with a fresh SQLite store in a temporary directory and the
   default ``pass_interval``; its start is not timed.
@@ -55,7 +55,7 @@ import docker.errors
 from docker.client import DockerClient
 
 from bai_jupyter.cluster import LABEL_ROOT, LABEL_SESSION
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Status
 
 #: The SDK has no type hints: its objects are held as ``Any`` (as in agents/docker.py).
@@ -91,7 +91,7 @@ class Bench:
     image: str
     client: Any
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    manager: SessionManager | None = None
+    manager: BaiSessionManager | None = None
     sessions: list[str] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
     samples: dict[str, list[float]] = field(default_factory=dict)
@@ -248,7 +248,7 @@ async def measure(bench: Bench, runs: int, warmup: int, settle: float) -> None:
 
 async def run_bench(bench: Bench, root: Path, runs: int, warmup: int, settle: float) -> None:
     """Start the manager (untimed), measure, and remove every session it created."""
-    bench.manager = SessionManager(
+    bench.manager = BaiSessionManager(
         store_url=f"sqlite:///{root / 'store.sqlite'}",
         backend="docker",
         default_image=bench.image,
@@ -370,7 +370,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs < 1 or args.warmup < 0 or args.settle < 0:
         parser.error("--runs must be ≥ 1, --warmup and --settle ≥ 0")
-    image = args.image or SessionManager().default_image
+    image = args.image or BaiSessionManager().default_image
     try:
         client = _SDKClient.from_env(timeout=120)
         client.images.get(image)
@@ -382,7 +382,7 @@ def main() -> None:
     print(
         f"bench run {bench.run_id}: image {image}, {args.runs} runs (+{args.warmup} warm-up), "
         f"per kernel cpu {RESOURCES['cpu']} mem {RESOURCES['mem']}, "
-        f"pass_interval {SessionManager().pass_interval:g} s",
+        f"pass_interval {BaiSessionManager().pass_interval:g} s",
         file=sys.stderr,
     )
     interrupted, failure = False, None

@@ -29,7 +29,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from bai_jupyter import kernelspecs
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.registry import register_manager, unregister_manager
 
 GOAL = 1.1
@@ -59,7 +59,7 @@ async def main(runs: int, per_run: int) -> int:
         (root / "kernels" / "bai").mkdir(parents=True)
         spec = kernelspecs.kernelspec_json("bai", {"cluster_size": 1})
         (root / "kernels" / "bai" / "kernel.json").write_text(json.dumps(spec))
-        manager = SessionManager(store_url=f"sqlite:///{root}/store.sqlite", backend="docker")
+        manager = BaiSessionManager(store_url=f"sqlite:///{root}/store.sqlite", backend="docker")
         await manager.start()
         register_manager(manager)
         managers = {

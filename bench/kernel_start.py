@@ -48,7 +48,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 
 from bai_jupyter import kernelspecs
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.registry import register_manager, unregister_manager
 
 IMAGE = "bai-jupyter/python:3.11"
@@ -164,7 +164,7 @@ async def main(runs: int) -> int:
             spec = kernelspecs.kernelspec_json(name, {"cluster_size": size})
             (root / "kernels" / name).mkdir(parents=True)
             (root / "kernels" / name / "kernel.json").write_text(json.dumps(spec))
-        manager = SessionManager(store_url=f"sqlite:///{root}/store.sqlite", backend="docker")
+        manager = BaiSessionManager(store_url=f"sqlite:///{root}/store.sqlite", backend="docker")
         await manager.start()
         register_manager(manager)
         arms: dict[str, Callable[[], Awaitable[float]]] = {

@@ -89,7 +89,7 @@ c.ServerApp.allow_root = True
 c.ServerApp.open_browser = False
 c.ServerApp.log_level = "WARN"
 c.IdentityProvider.token = {TOKEN!r}
-c.SessionManager.agents = [{{"id": "docker", "backend": "docker", "publish_ports": True}}]
+c.BaiSessionManager.agents = [{{"id": "docker", "backend": "docker", "publish_ports": True}}]
 """
 
 
@@ -103,7 +103,7 @@ def _free_port() -> int:
 def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A jupyter server with both extensions, its store under ``root``."""
     (root / "config").mkdir(parents=True)
-    store = f"\nc.SessionManager.store_url = {f'sqlite:///{root}/store.sqlite'!r}\n"
+    store = f"\nc.BaiSessionManager.store_url = {f'sqlite:///{root}/store.sqlite'!r}\n"
     (root / "config" / "jupyter_server_config.py").write_text(CONFIG + store)
     port = _free_port()
     env = {

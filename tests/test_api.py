@@ -25,7 +25,7 @@ FUTURE = time.time() + 86400 * 365
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     config = MULTI_USER + (
-        'c.SessionManager.backend = "local"\nc.BaiJupyterApp.execute_chunk_timeout = 1.0\n'
+        'c.BaiSessionManager.backend = "local"\nc.BaiJupyterApp.execute_chunk_timeout = 1.0\n'
         "c.BaiJupyterApp.execute_run_ttl = 3.0\n"
     )
     srv = start_server(tmp_path_factory.mktemp("api"), config)
@@ -75,6 +75,19 @@ def test_openapi_describes_exactly_the_routes() -> None:
         for pattern, h in api_routes()
     }
     assert _spec_routes() == served
+
+
+async def test_the_managers_config_section_is_its_own(server: Server) -> None:
+    """``c.BaiSessionManager`` configures the manager alone: jupyter_server's own
+    ``SessionManager`` is another class, so the server warns about no option of ours."""
+    from jupyter_server.services.sessions.sessionmanager import SessionManager
+
+    from bai_jupyter.manager import BaiSessionManager
+
+    assert BaiSessionManager.__name__ != SessionManager.__name__
+    assert "not recognized" not in server.log.read_text(errors="replace")
+    agents = body(await server.fetch("GET", "bai/api/v1/agents"))["agents"]
+    assert [agent["backend"] for agent in agents] == ["local"]  # the config section applied
 
 
 async def test_openapi_is_served(server: Server) -> None:

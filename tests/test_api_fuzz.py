@@ -21,8 +21,8 @@ from bai_jupyter.server.openapi import openapi
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 _NOTHING_STARTS = """
-c.SessionManager.backend = "local"
-c.SessionManager.resource_groups = {"default": {"sequencer": "fifo",
+c.BaiSessionManager.backend = "local"
+c.BaiSessionManager.resource_groups = {"default": {"sequencer": "fifo",
     "selector": "concentrated", "options": {"max_concurrent_sessions": 0}}}
 """
 

@@ -25,7 +25,7 @@ from test_server_harness import MULTI_USER, Server, start_server
 from bai_jupyter.agents.docker import JUPYTER_PORTS, DockerAgent
 from bai_jupyter.cluster import SSH_PORT, KernelPlan
 from bai_jupyter.errors import InvalidRequest
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Agent, KernelRole, Session, SessionSpec, Status
 from bai_jupyter.resources import ResourceSlot
 from bai_jupyter.scheduler import SchedulerConfig, Snapshot, load_plugins, schedule
@@ -193,8 +193,8 @@ def test_one_bad_session_is_cancelled_and_the_pass_goes_on(culprit: str) -> None
     assert "scheduler failed" in cancel.msg
 
 
-def _manager(tmp_path: Path, **traits: Any) -> SessionManager:
-    return SessionManager(
+def _manager(tmp_path: Path, **traits: Any) -> BaiSessionManager:
+    return BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         data_folders_root=str(tmp_path / "folders"),
         local_kernels_dir=str(tmp_path / "kernels"),
@@ -204,7 +204,7 @@ def _manager(tmp_path: Path, **traits: Any) -> SessionManager:
 
 
 @asynccontextmanager
-async def _started(tmp_path: Path, backend: str = "local") -> AsyncIterator[SessionManager]:
+async def _started(tmp_path: Path, backend: str = "local") -> AsyncIterator[BaiSessionManager]:
     mgr = _manager(tmp_path, backend=backend)
     await mgr.start()
     try:
@@ -216,7 +216,7 @@ async def _started(tmp_path: Path, backend: str = "local") -> AsyncIterator[Sess
         await mgr.stop()
 
 
-async def _batch_succeeds(mgr: SessionManager) -> None:
+async def _batch_succeeds(mgr: BaiSessionManager) -> None:
     session = await mgr.create({"type": "batch", "startup_command": "true"}, "bob")
     done = await mgr.wait_for(session.id, {Status.TERMINATED}, timeout=60)
     assert (done.status, done.status_info) == (Status.TERMINATED, "task-finished")
@@ -294,7 +294,7 @@ async def test_containers_enforce_exactly_what_was_booked(
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(
-        tmp_path_factory.mktemp("bounds"), MULTI_USER + 'c.SessionManager.backend = "local"\n'
+        tmp_path_factory.mktemp("bounds"), MULTI_USER + 'c.BaiSessionManager.backend = "local"\n'
     )
     yield srv
     srv.stop()

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("client"), 'c.SessionManager.backend = "local"\n')
+    srv = start_server(tmp_path_factory.mktemp("client"), 'c.BaiSessionManager.backend = "local"\n')
     yield srv
     srv.stop()
 

@@ -32,7 +32,7 @@ c.ServerApp.jpserver_extensions = {
     "jupyter_server_terminals": False,
     "notebook_shim": False,
 }
-c.SessionManager.backend = "docker"
+c.BaiSessionManager.backend = "docker"
 """
 #: Far more than the sessions' 128m: the kernel (cgroup) OOM-kills whoever allocates it.
 _ALLOCATE = "b = bytearray(512 * 1024 * 1024)"

@@ -33,7 +33,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(root: Path, kernel_image: str) -> Iterator[Server]:
-    srv = start_server(root, MULTI_USER + 'c.SessionManager.backend = "docker"\n')
+    srv = start_server(root, MULTI_USER + 'c.BaiSessionManager.backend = "docker"\n')
     yield srv
     srv.stop()
 

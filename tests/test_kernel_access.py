@@ -24,7 +24,7 @@ from bai_jupyter.server.kernel_access import SessionTokens
 from bai_jupyter.store import Store
 
 FUTURE = time.time() + 86400 * 365
-_LOCAL = 'c.SessionManager.backend = "local"\n'
+_LOCAL = 'c.BaiSessionManager.backend = "local"\n'
 
 
 @given(st.text(alphabet="0123456789abcdef-", min_size=1, max_size=40), st.integers(0, 2**45))

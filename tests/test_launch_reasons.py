@@ -30,7 +30,7 @@ async def test_a_kernel_that_dies_at_start_is_explained_in_the_server_log(tmp_pa
     spec_dir.mkdir(parents=True)
     config = {"env": {"PYTHONPATH": str(broken)}, "launch_timeout": 120.0}
     (spec_dir / "kernel.json").write_text(json.dumps(kernelspec_json("bai broken", config)))
-    server = start_server(root, 'c.SessionManager.backend = "local"\n')
+    server = start_server(root, 'c.BaiSessionManager.backend = "local"\n')
     try:
         reply = await server.fetch("POST", "api/kernels", {"name": "bai-broken"})
         assert reply.code < 500 or MARK in reply.body.decode(), (reply.code, reply.body)

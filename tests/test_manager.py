@@ -21,7 +21,7 @@ import pytest
 from bai_jupyter.agents.docker import EGRESS_NETWORK, DockerAgent
 from bai_jupyter.cluster import LABEL_KERNEL, LABEL_ROOT, LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.errors import InvalidRequest
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import SessionResult, Status
 from bai_jupyter.store import Store
 
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.timeout(180)
 RUNNING = {Status.RUNNING}
 
 
-def _manager(tmp_path: Path, backend: str, **traits: Any) -> SessionManager:
-    return SessionManager(
+def _manager(tmp_path: Path, backend: str, **traits: Any) -> BaiSessionManager:
+    return BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         backend=backend,
         data_folders_root=str(tmp_path / "folders"),
@@ -49,7 +49,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @asynccontextmanager
-async def _started(tmp_path: Path, backend: str, **traits: Any) -> AsyncIterator[SessionManager]:
+async def _started(tmp_path: Path, backend: str, **traits: Any) -> AsyncIterator[BaiSessionManager]:
     """A started manager whose sessions are all gone afterwards, whatever happened."""
     mgr = _manager(tmp_path, backend, **traits)
     await mgr.start()
@@ -63,32 +63,32 @@ async def _started(tmp_path: Path, backend: str, **traits: Any) -> AsyncIterator
 
 
 @pytest.fixture
-async def manager(tmp_path: Path, backend: str) -> AsyncIterator[SessionManager]:
+async def manager(tmp_path: Path, backend: str) -> AsyncIterator[BaiSessionManager]:
     async with _started(tmp_path, backend) as mgr:
         yield mgr
 
 
 @pytest.fixture
-async def docker_manager(tmp_path: Path, kernel_image: str) -> AsyncIterator[SessionManager]:
+async def docker_manager(tmp_path: Path, kernel_image: str) -> AsyncIterator[BaiSessionManager]:
     async with _started(tmp_path, "docker") as mgr:
         yield mgr
 
 
-async def _run(mgr: SessionManager, request: dict[str, Any], owner: str = "alice") -> str:
+async def _run(mgr: BaiSessionManager, request: dict[str, Any], owner: str = "alice") -> str:
     session = await mgr.create(request, owner)
     session = await mgr.wait_for(session.id, RUNNING, timeout=90)
     assert session.status is Status.RUNNING, (session.status, session.status_data)
     return session.id
 
 
-async def _sh(mgr: SessionManager, sid: str, script: str, kernel: str = "main1") -> str:
+async def _sh(mgr: BaiSessionManager, sid: str, script: str, kernel: str = "main1") -> str:
     result = await mgr.exec(sid, ["/bin/sh", "-c", script], kernel=kernel)
     assert result.exit_code == 0, result.output
     return result.output.strip()
 
 
 async def test_cluster_environment_and_shared_data_folder(
-    manager: SessionManager, backend: str
+    manager: BaiSessionManager, backend: str
 ) -> None:
     sid = await _run(
         manager,
@@ -125,7 +125,7 @@ async def test_cluster_environment_and_shared_data_folder(
     assert await _sh(manager, sid, "cat data/note.txt") == "written-in-sub2"
 
 
-async def test_batch_failure_cancels_dependant_and_keeps_logs(manager: SessionManager) -> None:
+async def test_batch_failure_cancels_dependant_and_keeps_logs(manager: BaiSessionManager) -> None:
     first = await manager.create(
         {"type": "batch", "startup_command": "echo about to fail; exit 3"}, "alice"
     )
@@ -143,7 +143,7 @@ async def test_batch_failure_cancels_dependant_and_keeps_logs(manager: SessionMa
     assert dependant.status_info == "dependency-failed"
 
 
-async def test_batch_success_and_timeout(manager: SessionManager) -> None:
+async def test_batch_success_and_timeout(manager: BaiSessionManager) -> None:
     ok = await manager.create({"type": "batch", "startup_command": "echo fine"}, "alice")
     slow = await manager.create(
         {"type": "batch", "startup_command": "sleep 60", "batch_timeout": 1}, "alice"
@@ -194,7 +194,7 @@ async def test_restarted_manager_finds_running_session(tmp_path: Path, backend: 
 
 
 async def test_killed_main_kernel_errors_quickly(
-    manager: SessionManager, backend: str, request: pytest.FixtureRequest
+    manager: BaiSessionManager, backend: str, request: pytest.FixtureRequest
 ) -> None:
     sid = await _run(manager, {"cluster_size": 2, "resources": {"cpu": "0.5", "mem": "256m"}})
     session = await manager.get(sid)
@@ -212,7 +212,7 @@ async def test_killed_main_kernel_errors_quickly(
 
 @pytest.mark.docker
 async def test_ssh_isolation_limits_and_cleanup(
-    docker_manager: SessionManager, docker_engine: Any
+    docker_manager: BaiSessionManager, docker_engine: Any
 ) -> None:
     manager = docker_manager
     sid = await _run(manager, {"cluster_size": 3, "resources": {"cpu": "0.5", "mem": "256m"}})
@@ -258,7 +258,7 @@ async def test_ssh_isolation_limits_and_cleanup(
 
 @pytest.mark.docker
 async def test_memory_limit_kills_the_process_and_the_session_notes_it(
-    docker_manager: SessionManager,
+    docker_manager: BaiSessionManager,
 ) -> None:
     manager = docker_manager
     sid = await _run(manager, {"resources": {"cpu": "1", "mem": "128m"}})

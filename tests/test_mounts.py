@@ -27,7 +27,7 @@ from bai_jupyter.cluster import (
     parse_mount,
 )
 from bai_jupyter.errors import InvalidRequest
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Status
 
 pytestmark = pytest.mark.timeout(180)
@@ -150,10 +150,10 @@ def test_anything_resolving_into_or_above_a_forbidden_path_is_refused(
 
 
 @pytest.fixture
-async def mgr(tmp_path: Path, kernel_image: str) -> AsyncIterator[SessionManager]:
+async def mgr(tmp_path: Path, kernel_image: str) -> AsyncIterator[BaiSessionManager]:
     (tmp_path / "allowed" / "rw").mkdir(parents=True)
     (tmp_path / "allowed" / "ro").mkdir(parents=True)
-    manager = SessionManager(
+    manager = BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store/store.sqlite",
         backend="docker",
         data_folders_root=str(tmp_path / "folders"),
@@ -174,7 +174,7 @@ async def mgr(tmp_path: Path, kernel_image: str) -> AsyncIterator[SessionManager
 
 
 @pytest.mark.docker
-async def test_create_refuses_and_creates_nothing(mgr: SessionManager, tmp_path: Path) -> None:
+async def test_create_refuses_and_creates_nothing(mgr: BaiSessionManager, tmp_path: Path) -> None:
     missing = tmp_path / "allowed" / "rw" / "not-there"
     foreign = tmp_path / "elsewhere" / "new"
     (tmp_path / "allowed" / "rw" / "link").symlink_to(tmp_path / "store")
@@ -196,7 +196,7 @@ async def test_create_refuses_and_creates_nothing(mgr: SessionManager, tmp_path:
 
 
 @pytest.mark.docker
-async def test_policy_checked_again_at_start(mgr: SessionManager, tmp_path: Path) -> None:
+async def test_policy_checked_again_at_start(mgr: BaiSessionManager, tmp_path: Path) -> None:
     session = await mgr.create(
         {"mounts": [f"{tmp_path}/allowed/rw:/mnt/rw"], "starts_at": time.time() + 1.5}, "alice"
     )
@@ -208,7 +208,7 @@ async def test_policy_checked_again_at_start(mgr: SessionManager, tmp_path: Path
 
 @pytest.mark.docker
 async def test_container_mounts_capabilities_and_privileges(
-    mgr: SessionManager, tmp_path: Path, docker_engine: Any
+    mgr: BaiSessionManager, tmp_path: Path, docker_engine: Any
 ) -> None:
     session = await mgr.create(
         {
@@ -246,7 +246,7 @@ async def test_container_mounts_capabilities_and_privileges(
 
 async def test_local_backend_applies_the_same_policy(tmp_path: Path) -> None:
     """The local agent goes through the manager: same refusals, own folder made there."""
-    manager = SessionManager(
+    manager = BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         backend="local",
         data_folders_root=str(tmp_path / "folders"),

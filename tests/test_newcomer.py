@@ -99,7 +99,9 @@ async def test_an_ended_sessions_record_can_be_purged(tmp_path: Path) -> None:
 
 async def test_ended_sessions_past_retention_are_deleted(tmp_path: Path) -> None:
     """``ended_retention``: the periodic purge deletes ended records, leaves live ones."""
-    config = "c.SessionManager.ended_retention = 0.5\nc.SessionManager.retention_interval = 1\n"
+    config = (
+        "c.BaiSessionManager.ended_retention = 0.5\nc.BaiSessionManager.retention_interval = 1\n"
+    )
     server = start_server(tmp_path / "server", config)
     try:
         client = server.client()
@@ -125,7 +127,7 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
 
     from bai_jupyter.kernelspecs import kernelspec_json
 
-    server = start_server(tmp_path / "server", 'c.SessionManager.backend = "docker"\n')
+    server = start_server(tmp_path / "server", 'c.BaiSessionManager.backend = "docker"\n')
     data = tmp_path / "client-data"
     spec_dir = data / "kernels" / "bai-console"
     spec_dir.mkdir(parents=True)

@@ -24,7 +24,7 @@ from test_server_harness import MULTI_USER, Server, serving
 from bai_jupyter import kernelspecs
 from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.cluster import NOTEBOOK_DIR, WORK_DIR
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Session, SessionSpec, Status
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -74,7 +74,9 @@ def server(
 ) -> Iterator[Server]:
     home = tmp_path_factory.mktemp(f"server-{backend}")
     _kernelspecs(home)
-    config = f"c.ServerApp.root_dir = {str(notebooks)!r}\nc.SessionManager.backend = {backend!r}\n"
+    config = (
+        f"c.ServerApp.root_dir = {str(notebooks)!r}\nc.BaiSessionManager.backend = {backend!r}\n"
+    )
     with serving(home, config) as running:
         yield running
 
@@ -165,7 +167,7 @@ async def test_the_server_chooses_what_is_mounted_or_nothing(tmp_path: Path, cho
     chosen = str(other) if choice == "other" else ""
     _kernelspecs(tmp_path / "srv")
     config = (
-        f"c.ServerApp.root_dir = {str(notebooks)!r}\nc.SessionManager.backend = 'local'\n"
+        f"c.ServerApp.root_dir = {str(notebooks)!r}\nc.BaiSessionManager.backend = 'local'\n"
         f"c.BaiJupyterApp.notebook_dir = {chosen!r}\n"
     )
     with serving(tmp_path / "srv", config) as server:
@@ -183,7 +185,7 @@ async def test_users_of_a_shared_server_cannot_ask_for_its_root(tmp_path: Path) 
     (tmp_path / "notebooks").mkdir()
     config = (
         MULTI_USER + f"c.ServerApp.root_dir = {str(tmp_path / 'notebooks')!r}\n"
-        "c.SessionManager.backend = 'local'\n"
+        "c.BaiSessionManager.backend = 'local'\n"
     )
     request = {
         "type": "batch",
@@ -203,10 +205,10 @@ async def test_users_of_a_shared_server_cannot_ask_for_its_root(tmp_path: Path) 
 
 
 @pytest.fixture
-async def manager(tmp_path: Path) -> AsyncIterator[SessionManager]:
+async def manager(tmp_path: Path) -> AsyncIterator[BaiSessionManager]:
     """A local-backend manager whose own files are all under ``tmp_path/srv``."""
     (tmp_path / "srv").mkdir()
-    mgr = SessionManager(
+    mgr = BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/srv/store.sqlite",
         backend="local",
         data_folders_root=str(tmp_path / "srv" / "folders"),
@@ -227,7 +229,7 @@ def _session(notebook_dir: str) -> Session:
 
 
 async def test_a_forbidden_root_is_not_mounted_and_says_why(
-    manager: SessionManager,
+    manager: BaiSessionManager,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -277,7 +279,7 @@ async def test_a_forbidden_root_is_not_mounted_and_says_why(
 
 
 async def test_an_engine_elsewhere_gets_no_mount_and_says_so(
-    manager: SessionManager, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    manager: BaiSessionManager, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "nb").mkdir()
     manager.notebook_root = str(tmp_path / "nb")

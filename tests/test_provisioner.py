@@ -29,7 +29,7 @@ from traitlets.config import Config
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.cluster import LABEL_SCOPE, LABEL_SESSION
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Session, Status
 from bai_jupyter.provisioner import BaiProvisioner
 from bai_jupyter.registry import local_owner, register_manager, unregister_manager
@@ -71,10 +71,10 @@ def capacity() -> dict[str, str] | None:
 @pytest.fixture
 async def manager(
     tmp_path: Path, kernel_image: str, capacity: dict[str, str] | None
-) -> AsyncIterator[SessionManager]:
+) -> AsyncIterator[BaiSessionManager]:
     """A manager on the test's own store, registered in-process like the server extension's."""
     agents = [] if capacity is None else [{"id": "docker", "capacity": capacity}]
-    mgr = SessionManager(
+    mgr = BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         backend="docker",
         agents=agents,
@@ -127,7 +127,7 @@ async def _run(client: AsyncKernelClient, code: str) -> tuple[dict[str, Any], st
     return content, "".join(out)
 
 
-async def _session_of(manager: SessionManager, kernel_id: str) -> Session:
+async def _session_of(manager: BaiSessionManager, kernel_id: str) -> Session:
     """The session of a Jupyter kernel (a pending kernel's may take a moment to appear)."""
     for _ in range(100):
         for session in await manager.list():
@@ -149,7 +149,7 @@ SSH = (
 
 
 async def test_cluster_kernel_runs_in_main1_and_reaches_sub1(
-    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
     _install("bai-cluster-3", cluster_size=3, resources=SMALL)
     kernel_id = await _start(jp_fetch, "bai-cluster-3")
@@ -171,7 +171,7 @@ async def test_cluster_kernel_runs_in_main1_and_reaches_sub1(
 
 @pytest.mark.parametrize("mode", ["signal", "message"])
 async def test_interrupt_stops_a_sleep_within_2s(
-    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any, mode: str
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any, mode: str
 ) -> None:
     _install(f"bai-{mode}", interrupt_mode=mode, resources=SMALL)
     kernel_id = await _start(jp_fetch, f"bai-{mode}")
@@ -193,7 +193,7 @@ async def test_interrupt_stops_a_sleep_within_2s(
 
 
 async def test_restart_keeps_the_cluster_sub1_and_its_files(
-    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
     _install("bai-cluster-3", cluster_size=3, resources=SMALL)
     kernel_id = await _start(jp_fetch, "bai-cluster-3")
@@ -215,7 +215,7 @@ async def test_restart_keeps_the_cluster_sub1_and_its_files(
 
 
 async def test_shutdown_leaves_no_container_and_provisioner_info_round_trips(
-    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any, docker_engine: Any
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any, docker_engine: Any
 ) -> None:
     _install("bai-cluster-3", cluster_size=3, resources=SMALL)
     kernel_id = await _start(jp_fetch, "bai-cluster-3")
@@ -239,7 +239,7 @@ async def test_shutdown_leaves_no_container_and_provisioner_info_round_trips(
 @pytest.mark.parametrize("pending_kernels", [True])
 @pytest.mark.parametrize("capacity", [{"cpu": "1", "mem": "2g"}])
 async def test_a_queued_kernel_starts_when_capacity_frees(
-    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
     _install("bai-whole", resources={"cpu": "1", "mem": "512m"})
     first = await _start(jp_fetch, "bai-whole")
@@ -262,7 +262,7 @@ async def test_a_queued_kernel_starts_when_capacity_frees(
 
 @pytest.mark.parametrize("capacity", [{"cpu": "1", "mem": "2g"}])
 async def test_launch_timeout_fails_clearly_and_leaves_no_session(
-    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any, docker_engine: Any
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any, docker_engine: Any
 ) -> None:
     busy = await manager.create(
         {"type": "batch", "startup_command": "sleep 60", "resources": {"cpu": "1"}}, "someone"
@@ -332,7 +332,7 @@ def test_jupyter_execute_runs_a_notebook_without_a_server(
 
 
 async def test_a_kernel_attached_to_a_session_leaves_it_running(
-    manager: SessionManager, jp_fetch: Fetch, jp_serverapp: Any
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any
 ) -> None:
     session = await manager.create({"name": "shared", "resources": SMALL}, local_owner())
     await manager.wait_for(session.id, {Status.RUNNING}, timeout=60)

@@ -20,7 +20,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
     spec_dir.mkdir(parents=True)
     spec = kernelspec_json("bai test", {"resources": {"cpu": "0.5", "mem": "256m"}})
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
-    srv = start_server(tmp_path, MULTI_USER + 'c.SessionManager.backend = "local"\n')
+    srv = start_server(tmp_path, MULTI_USER + 'c.BaiSessionManager.backend = "local"\n')
     yield srv
     srv.stop()
 

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from bai_jupyter.cluster import LABEL_SESSION
-from bai_jupyter.manager import SessionManager
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import STARTING, Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
-def _manager(tmp_path: Path) -> SessionManager:
-    return SessionManager(
+def _manager(tmp_path: Path) -> BaiSessionManager:
+    return BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         backend="docker",
         data_folders_root=str(tmp_path / "folders"),

@@ -103,7 +103,7 @@ subprocess.Popen([sys.executable, "/tmp/svc.py"], start_new_session=True,
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("proxy"), 'c.SessionManager.backend = "docker"\n')
+    srv = start_server(tmp_path_factory.mktemp("proxy"), 'c.BaiSessionManager.backend = "docker"\n')
     yield srv
     srv.stop()
 

@@ -151,10 +151,10 @@ c.ServerApp.allow_root = True
 c.ServerApp.open_browser = False
 c.ServerApp.root_dir = {str(root)!r}
 c.IdentityProvider.token = {TOKEN!r}
-c.SessionManager.store_url = {f"sqlite:///{root}/store.sqlite"!r}
-c.SessionManager.data_folders_root = {str(root / "folders")!r}
-c.SessionManager.local_kernels_dir = {str(root / "local-kernels")!r}
-c.SessionManager.pass_interval = 1.0
+c.BaiSessionManager.store_url = {f"sqlite:///{root}/store.sqlite"!r}
+c.BaiSessionManager.data_folders_root = {str(root / "folders")!r}
+c.BaiSessionManager.local_kernels_dir = {str(root / "local-kernels")!r}
+c.BaiSessionManager.pass_interval = 1.0
 """
     (conf_dir / "jupyter_server_config.py").write_text(base + config)
     port = port or free_port()

@@ -17,7 +17,7 @@ from bai_jupyter.model import Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
 
-_CONFIG = 'c.SessionManager.backend = "docker"\n'
+_CONFIG = 'c.BaiSessionManager.backend = "docker"\n'
 _SERVE = """
 import subprocess, sys
 open("/tmp/index.html", "w").write("still here")

@@ -1,7 +1,7 @@
 """The ``bai_jupyter`` Jupyter server extension: owns the session manager, serves the API.
 
-The manager is configured through its own traits (``c.SessionManager.store_url``,
-``.agents``, ``.resource_groups``, ``.default_image`` …, also ``--SessionManager.x``
+The manager is configured through its own traits (``c.BaiSessionManager.store_url``,
+``.agents``, ``.resource_groups``, ``.default_image`` …, also ``--BaiSessionManager.x``
 on the command line): it is made with this app as its parent, so the server's
 config reaches it, and the CLI reads the very same settings.
 """
@@ -22,7 +22,7 @@ from tornado import web
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int, Unicode
 
-from ..manager import SessionManager
+from ..manager import BaiSessionManager
 from ..model import Session, Status
 from ..registry import register_manager, request_user, unregister_manager
 from ..store import Transaction
@@ -60,7 +60,7 @@ class BaiJupyterApp(ExtensionApp):
 
     name = "bai_jupyter"
     load_other_extensions = True
-    classes = [SessionManager]  # noqa: RUF012 (traitlets' own class attribute)
+    classes = [BaiSessionManager]  # noqa: RUF012 (traitlets' own class attribute)
 
     multi_user = Bool(
         False,
@@ -146,12 +146,12 @@ class BaiJupyterApp(ExtensionApp):
         "the mount policy forbids it (e.g. '/', or a directory holding the store or the "
         "Jupyter data dir); not mounted on agents that do not share this host's files.",
     )
-    manager = Instance(SessionManager, allow_none=True, help="The manager this extension owns.")
+    manager = Instance(BaiSessionManager, allow_none=True, help="The manager this extension owns.")
 
     def initialize_settings(self) -> None:
         if self.serverapp is not None:  # failed bai launches: one warning line, no traceback
             self.serverapp.log.addFilter(LaunchErrorFilter())
-        self.manager = SessionManager(parent=self, log=self.log)
+        self.manager = BaiSessionManager(parent=self, log=self.log)
         root = self.notebook_dir
         if root is None and self.serverapp is not None:
             root = self.serverapp.root_dir
@@ -185,7 +185,7 @@ class BaiJupyterApp(ExtensionApp):
             await self._open_kernel_access(self.manager, self.manager.store.token_secret)
         self._watcher = asyncio.ensure_future(self._follow_sessions())
 
-    async def _open_kernel_access(self, manager: SessionManager, secret: str) -> None:
+    async def _open_kernel_access(self, manager: BaiSessionManager, secret: str) -> None:
         addresses = await manager.host_addresses()
         if not addresses or self.serverapp is None:
             return

@@ -14,7 +14,7 @@ from jupyter_server.utils import ensure_async
 from tornado.web import HTTPError
 
 from ..errors import BaiError, Conflict, InvalidRequest, NotFound, TooLarge, Unavailable
-from ..manager import SessionManager
+from ..manager import BaiSessionManager
 from ..model import Session, Status
 from ..registry import local_owner
 from ..store import Transaction
@@ -90,7 +90,7 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
         return cast("BaiJupyterApp", self.extensionapp)
 
     @property
-    def manager(self) -> SessionManager:
+    def manager(self) -> BaiSessionManager:
         if self.app.manager is None:
             raise Unavailable("the session manager is not started")
         return self.app.manager

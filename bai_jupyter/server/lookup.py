@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import time
 
-from ..manager import SessionManager
+from ..manager import BaiSessionManager
 from ..model import Session, Status
 
 __all__ = ["RunningSessions"]
 
 
 class RunningSessions:
-    """A cache of RUNNING sessions in front of :meth:`SessionManager.get` (by id)."""
+    """A cache of RUNNING sessions in front of :meth:`BaiSessionManager.get` (by id)."""
 
     def __init__(self, ttl: float = 5.0) -> None:
         self.ttl = ttl
         self._entries: dict[str, tuple[float, Session]] = {}
 
-    async def get(self, manager: SessionManager, session_id: str) -> Session:
+    async def get(self, manager: BaiSessionManager, session_id: str) -> Session:
         """The session with that id (anyone's: the caller checks ownership); NotFound else."""
         entry = self._entries.get(session_id)
         now = time.monotonic()
