@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from jupyter_server.auth.decorator import authorized
 from jupyter_server.services.sessions.handlers import SessionRootHandler
 from jupyter_server.utils import ensure_async
 from tornado import web
@@ -35,7 +36,9 @@ def launch_error(exc: BaseException | None) -> LaunchError | None:
 class SessionsLaunchHandler(SessionRootHandler):
     """jupyter_server's ``/api/sessions``, answering a failed bai launch with its own status."""
 
-    @web.authenticated  # the server's own handler checks it too; marked for the endpoint audit
+    # The server's own handler checks both too; marked here for the endpoint audit.
+    @web.authenticated
+    @authorized
     async def post(self) -> None:
         try:
             await ensure_async(super().post())
