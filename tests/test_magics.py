@@ -463,7 +463,8 @@ def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
 
     async def start() -> Any:
         session = await remote.create(request)
-        return await remote.wait_for(session.id, {Status.RUNNING}, timeout=120)
+        await remote.wait_for(session.id, {Status.RUNNING}, timeout=120)
+        return await remote.get(session.id, connection=True)  # the key: asked for, by the owner
 
     session = asyncio.run(start())
     assert session.status is Status.RUNNING, session.status_data
