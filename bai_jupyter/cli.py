@@ -116,6 +116,14 @@ def _configure_kernelspec(parser: argparse.ArgumentParser) -> None:
     install.add_argument("--mem", metavar="M", help="memory per kernel, e.g. 4g")
     install.add_argument("--template", metavar="T", help="session template to start from")
     install.add_argument(
+        "--service-port",
+        metavar="NAME:PROTO:PORT",
+        action="append",
+        dest="service_ports",
+        help="a service port of main1, proxied at /bai/sessions/<id>/proxy/NAME/ "
+        "(proto http, tcp or preopen; 2200 and 2300-2304 are reserved); repeatable",
+    )
+    install.add_argument(
         "--session", metavar="S", help="attach to this running session instead of creating one"
     )
     install.add_argument(
@@ -151,6 +159,8 @@ def _run_kernelspec_install(args: argparse.Namespace) -> int:
     resources = {slot: getattr(args, slot) for slot in ("cpu", "mem") if getattr(args, slot)}
     if resources:
         config["resources"] = resources
+    if args.service_ports:
+        config["service_ports"] = list(args.service_ports)
     capacities: dict[str, ResourceSlot] | None = None
     try:
         kernelspecs.kernelspec_json("-", config, args.interrupt_mode)  # checked before probing

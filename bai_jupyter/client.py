@@ -149,6 +149,12 @@ class RemoteManager:
         data: dict[str, Any] = await self._call("GET", _path("sessions", key))
         return data
 
+    async def add_service_port(self, key: str, service_port: str) -> dict[str, Any]:
+        """Declare ``name:proto:port`` on a running session's main1; the session as JSON."""
+        body = {"service_port": service_port}
+        data: dict[str, Any] = await self._call("POST", _path("sessions", key, "services"), body)
+        return data
+
     async def list(
         self, statuses: Iterable[Status] | None = None, type: str | None = None
     ) -> list[Session]:

@@ -681,13 +681,31 @@ class BaiMagics(Magics):
             print(f"[{host}] exit code {code}", file=sys.stderr)
 
     @magic_arguments("bai ports")
-    @argument("session", nargs="?", help="session id or name (default: this kernel's)")
+    @argument(
+        "words",
+        nargs="*",
+        metavar="[add NAME:PROTO:PORT] [SESSION]",
+        help="session id or name (default: this kernel's); 'add NAME:PROTO:PORT' first "
+        "declares a port main1 serves now (e.g. add web:http:8080), so it is proxied",
+    )
     def _ports(self, line: str) -> None:
-        """Service ports of a session, with the URLs they are proxied at."""
-        args = parse_argstring(self._ports, line)
-        key = _session_arg(args.session, "ports")
+        """Service ports of a session, with the URLs they are proxied at; ``add`` declares
+        one on a running session (where the backend reaches main1 at its own address)."""
+        words: list[str] = parse_argstring(self._ports, line).words
+        spec = None
+        if words[:1] == ["add"]:
+            if len(words) not in (2, 3):
+                raise UsageError("usage: %bai ports add NAME:PROTO:PORT [SESSION]")
+            spec, words = words[1], words[2:]
+        if len(words) > 1:
+            raise UsageError(f"%bai ports: one session at most, got {' '.join(words)}")
+        key = _session_arg(words[0] if words else None, "ports")
         remote = find_manager()
-        print(ports_text(remote, _LOOP.run(remote.get_json(key))))
+        if spec is not None:
+            session = _LOOP.run(remote.add_service_port(key, spec))
+        else:
+            session = _LOOP.run(remote.get_json(key))
+        print(ports_text(remote, session))
 
     @magic_arguments("bai logs")
     @argument("session", nargs="?", help="session id or name (default: this kernel's)")

@@ -66,7 +66,7 @@ from .scheduler.queue import NeverFits, UnknownDependency, enqueue, run_pass
 from .scheduler.selectors import AgentSelector
 from .scheduler.sequencers import Sequencer
 from .store import NameConflict, Store, Transaction
-from .templates import SpecError, apply_template
+from .templates import SpecError, apply_template, parse_service_ports
 
 T = TypeVar("T")
 
@@ -650,6 +650,52 @@ class BaiSessionManager(LoggingConfigurable):
             await agent.signal(kernel_id, signum)
         except AgentError as exc:
             raise Unavailable(str(exc)) from exc
+
+    async def add_service_port(
+        self, key: str, service_port: str, owner: str | None = None
+    ) -> Session:
+        """Declare a service port of a RUNNING session's main1 after start, for the proxy.
+
+        Works where the agent reaches main1 at its own address (any port); a published
+        container cannot gain a port (Docker cannot publish on a running container)."""
+        try:
+            (spec,) = parse_service_ports([service_port], "service_port")
+        except SpecError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        name, _, port = spec.split(":")
+        session = await self.get(key, owner)
+        if session.status is not Status.RUNNING:
+            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        if name in {s.split(":", 1)[0] for s in session.spec.service_ports}:
+            raise Conflict(f"session {session.id} already has a service {name!r}")
+        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        agent = self._agents.get(main.agent_id or "")
+        if agent is None:
+            raise Unavailable(f"the agent of main1 ({main.agent_id}) is not connected")
+        reached = agent.late_port(int(port))
+        if reached is None:
+            raise Conflict(
+                f"session {session.id}: agent {agent.id} publishes main1's ports and cannot "
+                "add one to a running container; declare the port when creating the session "
+                "(service_ports, or --service-port on the kernelspec)"
+            )
+        try:
+            parse_service_ports([*session.spec.service_ports, spec])
+        except SpecError as exc:
+            raise InvalidRequest(str(exc)) from exc
+
+        def adding(s: Session) -> None:
+            if s.status is not Status.RUNNING:
+                raise Unavailable(f"session {s.id} is {s.status.value}, not RUNNING")
+            if name in {p.split(":", 1)[0] for p in s.spec.service_ports}:
+                raise Conflict(f"session {s.id} already has a service {name!r}")
+            s.spec.service_ports = [*s.spec.service_ports, spec]
+            for kernel in s.kernels:
+                if kernel.role is KernelRole.MAIN:
+                    ports = {**kernel.info.get("ports", {}), f"service:{name}": reached}
+                    kernel.info = {**kernel.info, "ports": ports}
+
+        return await self._edit(session.id, adding)
 
     async def _running_kernel(
         self, key: str, hostname: str, owner: str | None

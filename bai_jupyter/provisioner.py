@@ -267,6 +267,12 @@ class BaiProvisioner(KernelProvisionerBase):
     env = Dict(
         value_trait=Unicode(), config=True, help="Extra environment variables of every kernel."
     )
+    service_ports = List(
+        Unicode(),
+        config=True,
+        help="Service ports of main1 as 'name:proto:port' (proto http, tcp or preopen; "
+        "2200 and 2300-2304 are reserved), proxied at /bai/sessions/<id>/proxy/<name>/.",
+    )
     template = Unicode(
         None,
         allow_none=True,
@@ -337,7 +343,7 @@ class BaiProvisioner(KernelProvisionerBase):
             value = getattr(self, name)
             if value is not None:
                 request[name] = value
-        for name in ("resources", "mounts", "env"):
+        for name in ("resources", "mounts", "env", "service_ports"):
             value = getattr(self, name)
             if value:
                 request[name] = value

@@ -42,6 +42,7 @@ __all__ = [
     "apply_template",
     "field_help",
     "merge",
+    "parse_service_ports",
     "parse_spec",
     "spec_to_json",
     "validate_partial",
@@ -397,6 +398,15 @@ def _bound_service_ports(value: Any, path: str) -> None:
                 f"port {port} is reserved in every kernel (sshd 2200, the Jupyter kernel "
                 "2300-2304): use another port",
             )
+
+
+def parse_service_ports(value: Any, path: str = "service_ports") -> list[str]:
+    """Service ports checked as a request's ``service_ports`` (shape, reserved ports, count).
+
+    For front ends that take ports outside a request (the CLI, ``%bai ports add``)."""
+    ports = _parse_service_ports(value, path)
+    _bound_service_ports(ports, path)
+    return ports
 
 
 #: The schema of a session request, in :class:`SessionSpec` field order.

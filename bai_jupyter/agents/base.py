@@ -113,6 +113,11 @@ class AgentBackend(abc.ABC):
         """Let this agent's kernels reach these ports of the host (and no other)."""
         return None  # backends without a host boundary (local processes): nothing to do
 
+    def late_port(self, port: int) -> int | None:
+        """Where this host reaches ``port`` of a running main kernel that was not declared at
+        start (``None``: it cannot, e.g. the engine published only the declared ports)."""
+        return None
+
     async def has_image(self, image: str) -> bool:
         """Whether ``image`` is here to start kernels from (backends that run none: always)."""
         return True

@@ -852,6 +852,10 @@ class DockerAgent(AgentBackend):
         host = "127.0.0.1" if self.publish else address
         return KernelStarted(kernel_id=plan.kernel_id, container_id=cid, host=host, ports=ports)
 
+    def late_port(self, port: int) -> int | None:
+        """Reached at main1's own address: any port works. Published: Docker cannot add one."""
+        return None if self.publish else port
+
     async def destroy_session(self, session_id: str) -> None:
         api = await self._api()
         async with self._lock(session_id):

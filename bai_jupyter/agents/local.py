@@ -239,6 +239,10 @@ class LocalAgent(AgentBackend):
         """The kernels' private dirs (Jupyter keys, bootstrap files)."""
         return [str(self.root)]
 
+    def late_port(self, port: int) -> int | None:
+        """A native kernel listens on this host itself: any port is reached as is."""
+        return port
+
     async def _start_one(self, plan: KernelPlan) -> KernelStarted:
         kdir = self.root / plan.session_id / plan.hostname
         boot = copy.deepcopy(plan.bootstrap)

@@ -321,6 +321,32 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 {"200": _reply("{session_id, revoked_at}", {"type": "object"})},
             ),
         },
+        "/sessions/{key}/services": {
+            "parameters": [_SESSION_KEY],
+            "post": _op(
+                "declare a service port main1 of a RUNNING session serves now, so the proxy "
+                "reaches it (409 where the agent publishes main1's ports: declare them at "
+                "creation instead)",
+                {"200": _SESSION},
+                requestBody={
+                    "required": True,
+                    **_json(
+                        {
+                            "type": "object",
+                            "required": ["service_port"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "service_port": {
+                                    "type": "string",
+                                    "description": "name:proto:port, e.g. web:http:8080 "
+                                    "(2200 and 2300-2304 are reserved)",
+                                }
+                            },
+                        }
+                    ),
+                },
+            ),
+        },
         "/templates": {
             "get": _op(
                 "shared templates and the caller's own",

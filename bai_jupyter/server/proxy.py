@@ -1,4 +1,4 @@
-"""``/bai/sessions/{id}/proxy/{service}/…``: a service port of main1, over HTTP and WebSocket.
+"""``/bai/sessions/{id or name}/proxy/{service}/…``: a service port of main1, HTTP and WebSocket.
 
 Built on jupyter-server-proxy's :class:`ProxyHandler` (its request building,
 WebSocket relay, subprotocols and redirect rewriting); what is ours: the target
@@ -9,6 +9,7 @@ buffered whole.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from http.client import responses
 from http.cookies import CookieError, SimpleCookie
@@ -100,12 +101,16 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             raise Unavailable("the session manager is not started")
         owner = str(self.current_user.username) if self.bai.multi_user else local_owner()
         unknown = NotFound(f"no session {session_id!r} of {owner}")
-        try:
-            session: Session = await self.bai.running.get(self.bai.manager, session_id)
-        except NotFound:
-            raise unknown from None
-        if session.owner != owner and not await self._allowed(ADMIN):
-            raise unknown
+        session: Session | None = None
+        with contextlib.suppress(NotFound):  # not an id: maybe a name
+            session = await self.bai.running.get(self.bai.manager, session_id)
+        if session is not None and session.owner != owner and not await self._allowed(ADMIN):
+            session = None
+        if session is None:
+            try:  # a name, as the REST API takes it: the caller's own session only
+                session = await self.bai.manager.get(session_id, owner)
+            except NotFound:
+                raise unknown from None
         ports = {s.split(":")[0]: s.split(":") for s in session.spec.service_ports}
         if service not in ports:
             known = ", ".join(ports) or "none"
@@ -119,7 +124,8 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         if not host or not port:
             raise Unavailable(f"session {session.id}: main1's port of {service!r} is not known yet")
         self.target = (str(host), int(port))
-        self.proxy_base = url_path_join("bai/sessions", session.id, "proxy", service)
+        # The key as the caller wrote it (id or name): redirects stay under that path.
+        self.proxy_base = url_path_join("bai/sessions", session_id, "proxy", service)
         self.host_allowlist = [str(host)]
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

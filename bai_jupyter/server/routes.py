@@ -19,6 +19,7 @@ from .sessions import (
     KernelTokenHandler,
     LogsHandler,
     RestartHandler,
+    ServicesHandler,
     SessionHandler,
     SessionsHandler,
 )
@@ -49,6 +50,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/restart", RestartHandler),
         (f"{API}/sessions/{_KEY}/execute", ExecuteHandler),
         (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
+        (f"{API}/sessions/{_KEY}/services", ServicesHandler),
         (f"{API}/templates", TemplatesHandler),
         (f"{API}/templates/{_KEY}", TemplateHandler),
         (f"{API}/agents", AgentsHandler),

@@ -17,7 +17,14 @@ from ..wire import session_to_json
 from .base import BaiHandler, require_running
 from .kernel_access import child_key, revoked_key
 
-__all__ = ["SessionHandler", "SessionsHandler", "proxy_url", "service_list", "session_view"]
+__all__ = [
+    "ServicesHandler",
+    "SessionHandler",
+    "SessionsHandler",
+    "proxy_url",
+    "service_list",
+    "session_view",
+]
 
 _STATUS_NAMES = ", ".join(s.value for s in Status)
 _TYPE_NAMES = ", ".join(t.value for t in SessionType)
@@ -148,6 +155,28 @@ class SessionHandler(BaiHandler):
         ended = await self.manager.destroy(session.id, reason=reason)
         self.app.runs.forget(session.id)
         self.write_json(session_view(ended, self.base_url))
+
+
+class ServicesHandler(BaiHandler):
+    """Add a service port to a RUNNING session's main1 (``{"service_port": "name:http:8080"}``).
+
+    Only where the server reaches main1 at its own address; 409 where its ports are
+    published (a running container cannot gain one)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, key: str) -> None:
+        session = await self.session(key, "write")
+        require_running(session)
+        body = self.json_body()
+        spec = body.get("service_port")
+        if not isinstance(spec, str) or set(body) != {"service_port"}:
+            raise InvalidRequest(
+                f'body: must be {{"service_port": "name:proto:port"}}, got keys {sorted(body)}'
+            )
+        updated = await self.manager.add_service_port(session.id, spec)
+        self.app.running.forget(updated.id)
+        self.write_json(session_view(updated, self.base_url))
 
 
 class LogsHandler(BaiHandler):
