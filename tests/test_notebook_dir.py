@@ -118,7 +118,7 @@ async def test_kernel_starts_in_the_notebooks_folder_and_shares_its_files(
     async with _notebook_kernel(server, "bai-nb") as sid:
         cwd, data, mounted = await _run(server, sid, PROBE)
         if backend == "docker":
-            assert (cwd, mounted) == (f"{NOTEBOOK_DIR}/sub", "True")
+            assert (cwd, mounted) == (f"{NOTEBOOK_DIR}/sub", "True"), server.tail()
         else:  # natively: the notebook's folder itself
             assert cwd == str(notebooks / "sub")
         assert data == "next to the notebook"
