@@ -725,7 +725,7 @@ class BaiSessionManager(LoggingConfigurable):
         """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
         from jupyter_core.paths import jupyter_config_path, jupyter_path, jupyter_runtime_dir
 
-        from .agents.docker import _DEFAULT_RUNTIME_DIR, PACKAGE_DIR
+        from .agents.docker import _DEFAULT_RUNTIME_DIR, kernel_packages
 
         # Whatever the server runs or reads as code or config (its Python environment,
         # Jupyter's config and data paths): a kernel writing there runs code on the host.
@@ -734,7 +734,7 @@ class BaiSessionManager(LoggingConfigurable):
             *jupyter_path(),
             *jupyter_config_path(),
             sys.prefix,
-            PACKAGE_DIR,
+            *kernel_packages(),
             _DEFAULT_RUNTIME_DIR,
         ]
         if self.local_kernels_dir:

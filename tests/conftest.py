@@ -1,4 +1,4 @@
-"""Shared fixtures: the real Docker engine and the kernel image.
+"""Shared fixtures: the real Docker engine, the kernel image and a real browser.
 
 Outside CI a test that needs Docker skips when no engine answers; with
 ``CI=true`` it fails instead, so CI can never pass by skipping them.
@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -56,3 +59,40 @@ def kernel_image(docker_engine: Any) -> str:
     if not status.present:
         _need(f"kernel image {DEFAULT_TAG} missing: run `bai-jupyter image build`", None)
     return DEFAULT_TAG
+
+
+CHROMIUM = os.environ.get("BAI_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A headless system Chromium with a fresh profile, driven by PyPI ``playwright``
+    (never ``playwright install``: the browser is Debian's, which ``scripts/_env.sh``
+    installs)."""
+    try:
+        from playwright import sync_api
+    except ImportError:
+        skip_or_fail("no playwright (pip install -e '.[dev]')")
+    if not shutil.which(CHROMIUM):
+        skip_or_fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 800},
+        )
+        try:
+            yield context
+        finally:
+            context.close()

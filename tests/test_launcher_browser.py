@@ -9,69 +9,37 @@ Skipped where either is missing, except with ``CI=true``, where that fails.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import skip_or_fail
 from test_server_harness import _OTHERS_OFF, TOKEN, Server, start_server
 
 from bai_jupyter.cli import main
 
-CHROMIUM = os.environ.get("BAI_TEST_CHROMIUM", "/usr/bin/chromium")
 #: Where the screenshot goes, for a person to look at (the DOM is what is asserted).
 SCREENSHOT = Path(os.environ.get("BAI_TEST_SCREENSHOT", "/tmp/kspec-launcher.png"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    """A headless system Chromium with a fresh profile."""
-    try:
-        from playwright import sync_api
-    except ImportError:
-        skip_or_fail("no playwright (pip install -e '.[dev]')")
-    if not shutil.which(CHROMIUM):
-        skip_or_fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 800},
-        )
-        try:
-            yield context
-        finally:
-            context.close()
-
-
-@pytest.fixture
-def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+def start_lab(root: Path, monkeypatch: pytest.MonkeyPatch, *kernelspec: str) -> Server:
     """A Jupyter server with JupyterLab and bai_jupyter, whose data dir holds one bai
-    kernelspec installed by the CLI as a user would."""
-    root = tmp_path / "lab"
+    kernelspec installed by the CLI as a user would (``kernelspec``: its arguments)."""
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(root / "data"))
-    argv = ["kernelspec", "install", "bai-c3", "--cluster-size", "3", "--cpu", "1"]
-    assert main([*argv, "--mem", "2g"]) == 0
-    server = start_server(
+    assert main(["kernelspec", "install", *kernelspec]) == 0
+    return start_server(
         root,
         config=f"c.ServerApp.jpserver_extensions = "
         f"{{**{_OTHERS_OFF!r}, 'jupyterlab': True, 'bai_jupyter': True}}\n",
     )
+
+
+@pytest.fixture
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    argv = ["bai-c3", "--cluster-size", "3", "--cpu", "1", "--mem", "2g"]
+    server = start_lab(tmp_path / "lab", monkeypatch, *argv)
     try:
         yield server
     finally:

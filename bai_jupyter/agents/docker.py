@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import importlib.util
 import io
 import json
 import logging
@@ -79,6 +80,22 @@ RUNTIME_MOUNT = "/opt/bai-runtime"
 #: The bai_jupyter package, read-only, on every kernel's PYTHONPATH (``%bai`` in main1).
 PACKAGE_ROOT = "/opt/bai-jupyter"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
+#: The pure-Python packages ``%bai``'s widgets need in the kernel (mounted beside the package,
+#: after the image's own on PYTHONPATH, so any image renders them; ipywidgets 8 carries its
+#: own shim for the ipykernel < 6.18 of Debian's images).
+WIDGET_PACKAGES = ("ipywidgets", "comm")
+
+
+def kernel_packages() -> list[Path]:
+    """The package directories mounted read-only into every local-engine kernel."""
+    found = [PACKAGE_DIR]
+    for name in WIDGET_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:  # both are dependencies; absent only if broken
+            found.append(Path(spec.origin).resolve().parent)
+    return found
+
+
 #: The shared, non-internal bridge on which main kernels publish their ports.
 EGRESS_NETWORK = "bai-jupyter-egress"
 #: Fixed Jupyter ports inside the main kernel (published on random host ports).
@@ -691,8 +708,10 @@ class DockerAgent(AgentBackend):
             mounts.append(
                 BindMount(RUNTIME_MOUNT, str(self.runtime_dir), type="bind", read_only=True)
             )
-            package = f"{PACKAGE_ROOT}/{PACKAGE_DIR.name}"
-            mounts.append(BindMount(package, str(PACKAGE_DIR), type="bind", read_only=True))
+            mounts += [
+                BindMount(f"{PACKAGE_ROOT}/{d.name}", str(d), type="bind", read_only=True)
+                for d in kernel_packages()
+            ]
             boot = await asyncio.to_thread(
                 self._write_bootstrap, session_id, plan.hostname, bootstrap
             )
