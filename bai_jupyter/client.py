@@ -29,7 +29,7 @@ from tornado.tcpclient import TCPClient
 
 from . import errors
 from .model import Session, Status
-from .templates import Template
+from .request import Template
 from .wire import session_from_json
 
 __all__ = ["API_PREFIX", "RemoteManager"]
@@ -155,7 +155,7 @@ class RemoteManager:
         data: dict[str, Any] = await self._call("POST", _path("sessions", key, "services"), body)
         return data
 
-    async def list(
+    async def list_sessions(
         self, statuses: Iterable[Status] | None = None, type: str | None = None
     ) -> list[Session]:
         """The caller's sessions, oldest first, optionally filtered by status and type."""

@@ -41,13 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .runtime.protocol import DEFAULT_IMAGE
+
 # ---------------------------------------------------------------------------
 # The recipe. Changing anything here (or in kernel_image/) changes
 # recipe_hash(), and ensure_image() rebuilds. Bump RECIPE_VERSION for a change
 # that the hashed texts do not show (e.g. how the offline build is driven).
 
 RECIPE_VERSION = 1
-DEFAULT_TAG = "bai-jupyter/python:3.11"
 SUITE = "bookworm"
 BASE_IMAGE = "debian:bookworm-slim"
 PACKAGES: tuple[str, ...] = (
@@ -273,7 +274,7 @@ class ImageStatus:
         return self.present and self.recipe == self.expected
 
 
-def image_status(tag: str = DEFAULT_TAG) -> ImageStatus:
+def image_status(tag: str = DEFAULT_IMAGE) -> ImageStatus:
     """Inspect ``tag`` (one ``docker image inspect``: fast enough to call before every use)."""
     expected = recipe_hash()
     data = _inspect(tag)
@@ -531,7 +532,7 @@ def _build_online(tag: str, recipe: str, progress: Progress) -> None:
 
 
 def build_image(
-    tag: str = DEFAULT_TAG,
+    tag: str = DEFAULT_IMAGE,
     offline: bool | None = None,
     *,
     progress: Progress = say,
@@ -579,7 +580,7 @@ def _build_locked(tag: str, offline: bool | None, progress: Progress) -> ImageSt
 
 
 def ensure_image(
-    tag: str = DEFAULT_TAG,
+    tag: str = DEFAULT_IMAGE,
     offline: bool | None = None,
     *,
     progress: Progress = say,
@@ -625,7 +626,7 @@ def format_status(status: ImageStatus) -> str:
 IMAGE_DESCRIPTION = "\n".join(
     textwrap.fill(paragraph, 78)
     for paragraph in (
-        f"Build or inspect the default kernel image ({DEFAULT_TAG}): Debian {SUITE} with "
+        f"Build or inspect the default kernel image ({DEFAULT_IMAGE}): Debian {SUITE} with "
         f"{', '.join(PACKAGES)}.",
         "Online it is a `docker build` of bai_jupyter/kernel_image/Dockerfile; offline (no "
         "registry reachable; needs root and debootstrap) a debootstrap root from "
@@ -646,7 +647,7 @@ def configure_cli(parser: argparse.ArgumentParser) -> None:
     ):
         sub = actions.add_parser(name, help=help_text, description=help_text)
         sub.add_argument(
-            "--tag", default=DEFAULT_TAG, metavar="T", help=f"image tag (default {DEFAULT_TAG})"
+            "--tag", default=DEFAULT_IMAGE, metavar="T", help=f"image tag (default {DEFAULT_IMAGE})"
         )
         if name == "status":
             continue

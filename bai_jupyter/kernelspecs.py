@@ -26,9 +26,9 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpecManager
 
 from .model import ClusterMode
+from .request import SpecError, parse_spec
 from .resources import Amount, ResourceError, ResourceSlot
 from .scheduler.config import MIN_RESOURCES
-from .templates import SpecError, parse_spec
 
 __all__ = [
     "InstalledKernelspec",

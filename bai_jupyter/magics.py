@@ -42,9 +42,9 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from .client import RemoteManager
 from .errors import BaiError, InvalidRequest, Unavailable
 from .model import Status
-from .runtime.bai_runtime import PREFIX as RUNTIME_PREFIX
-from .templates import SpecError, validate_partial
-from .views import SessionRow, kernels_summary, queue_positions, resources_text
+from .request import SpecError, validate_partial
+from .runtime.protocol import PREFIX as RUNTIME_PREFIX
+from .sessions_model import SessionRow, kernels_summary, queue_positions, resources_text
 from .wire import session_to_json
 
 __all__ = [
@@ -764,7 +764,7 @@ def _session_arg(given: str | None, command: str) -> str:
 
 async def _load_rows(remote: RemoteManager, all_states: bool) -> list[SessionRow]:
     statuses = None if all_states else [s for s in Status if not s.is_terminal]
-    sessions, scheduler = await asyncio.gather(remote.list(statuses), remote.scheduler())
+    sessions, scheduler = await asyncio.gather(remote.list_sessions(statuses), remote.scheduler())
     positions = queue_positions(scheduler)
     rows = [SessionRow.from_json(session_to_json(s)) for s in sessions]
     for row in rows:

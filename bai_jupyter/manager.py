@@ -33,21 +33,16 @@ from .agents.base import (
     KernelEventKind,
     KernelStarted,
 )
-from .cluster import (
+from .broadcast import put_dropping_oldest
+from .errors import Conflict, InvalidRequest, NotFound, Timeout, Unavailable
+from .kernel_plan import (
     LABEL_SCOPE,
-    NOTEBOOK_DIR,
-    WORK_DIR,
     KernelPlan,
-    Mount,
-    MountPolicy,
-    MountRefused,
     bootstrap,
     generate_ssh_keys,
     kernel_environ,
     labels,
-    parse_mount,
 )
-from .errors import Conflict, InvalidRequest, NotFound, Timeout, Unavailable
 from .model import (
     STARTING,
     TRANSITIONS,
@@ -59,19 +54,18 @@ from .model import (
     SessionType,
     Status,
 )
-from .queues import put_dropping_oldest
+from .mounts import Mount, MountPolicy, MountRefused, parse_mount
+from .request import SpecError, apply_template, parse_service_ports
 from .resources import ResourceError, ResourceSlot
+from .runtime.protocol import CHANNELS, DEFAULT_IMAGE, NOTEBOOK_DIR, READY_LINE, WORK_DIR
 from .scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from .scheduler.queue import NeverFits, UnknownDependency, enqueue, run_pass
 from .scheduler.selectors import AgentSelector
 from .scheduler.sequencers import Sequencer
 from .store import NameConflict, Store, Transaction
-from .templates import SpecError, apply_template, parse_service_ports
 
 T = TypeVar("T")
 
-_CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
-_READY_LINE = "bai-runtime: ready"
 _ACTIVE = {Status.RUNNING, Status.RESTARTING}
 #: Seconds beyond ``start_timeout`` another manager gets to finish a start or tear-down.
 _HANDOVER = 10.0
@@ -123,7 +117,7 @@ class BaiSessionManager(LoggingConfigurable):
         "(see docs/scheduler.md).",
     )
     default_image = Unicode(
-        "bai-jupyter/python:3.11",
+        DEFAULT_IMAGE,
         config=True,
         help="Kernel image for requests that name none (build it: `bai-jupyter image build`).",
     )
@@ -505,7 +499,7 @@ class BaiSessionManager(LoggingConfigurable):
             raise NotFound(f"no session {key!r}" + (f" of {owner}" if owner else ""))
         return session
 
-    async def list(
+    async def list_sessions(
         self, owner: str | None = None, statuses: Iterable[Status] | None = None
     ) -> builtins.list[Session]:
         """Sessions, oldest first, of one owner (or everyone's) in the given statuses."""
@@ -526,7 +520,7 @@ class BaiSessionManager(LoggingConfigurable):
     async def purge_ended(self, older_than: float) -> int:
         """Delete the records of sessions that ended more than ``older_than`` seconds ago."""
         cutoff = time.time() - older_than
-        ended = await self.list(statuses=[s for s in Status if s.is_terminal])
+        ended = await self.list_sessions(statuses=[s for s in Status if s.is_terminal])
         old = [s.id for s in ended if (s.status_history[-1].at if s.status_history else 0) < cutoff]
         return await self._db(lambda tx: tx.delete_sessions(old)) if old else 0
 
@@ -901,7 +895,7 @@ class BaiSessionManager(LoggingConfigurable):
                         kernel.info["connection"] = {
                             **conn,
                             "ip": done.host,
-                            **{f"{ch}_port": done.ports[ch] for ch in _CHANNELS},
+                            **{f"{ch}_port": done.ports[ch] for ch in CHANNELS},
                         }
                 _move(s, Status.RUNNING, time.time())
 
@@ -931,7 +925,7 @@ class BaiSessionManager(LoggingConfigurable):
         """Start the kernels and wait until each runtime says it is set up (SSH, files)."""
         started = await agent.start_kernels(session_id, plans)
         ready = await asyncio.gather(
-            *(agent.wait_for_output(s.kernel_id, _READY_LINE, self.start_timeout) for s in started)
+            *(agent.wait_for_output(s.kernel_id, READY_LINE, self.start_timeout) for s in started)
         )
         for done, was_ready in zip(started, ready):
             if not was_ready:
@@ -1098,7 +1092,7 @@ class BaiSessionManager(LoggingConfigurable):
             except AgentError as exc:
                 self.log.warning("bai-jupyter: agent %s unreachable: %s", agent.id, exc)
         known: set[str] = set()
-        for session in await self.list(statuses=[s for s in Status if not s.is_terminal]):
+        for session in await self.list_sessions(statuses=[s for s in Status if not s.is_terminal]):
             if session.status is Status.PENDING:
                 continue
             known.add(session.id)

@@ -33,8 +33,8 @@ from .model import (
     SessionResult,
     Status,
 )
+from .request import Template, parse_spec, spec_to_json
 from .resources import ResourceSlot
-from .templates import Template, parse_spec, spec_to_json
 from .wire import kernel_from_json, kernel_to_json
 
 #: Bump with every change of the tables below (and teach :meth:`Store._migrate` the step).

@@ -1,9 +1,9 @@
 """ipywidgets views of sessions: a launcher form, a live sessions table, session cards.
 
-The widgets only render a :class:`~bai_jupyter.views.SessionsModel` (kept
-current from the server's event stream by :class:`~bai_jupyter.views.LiveSessions`)
+The widgets only render a :class:`~bai_jupyter.sessions_model.SessionsModel` (kept
+current from the server's event stream by :class:`~bai_jupyter.sessions_model.LiveSessions`)
 and send the user's clicks to the server. They never block the kernel:
-coroutines go to a :class:`~bai_jupyter.views.Runner` (the magics pass their
+coroutines go to a :class:`~bai_jupyter.sessions_model.Runner` (the magics pass their
 private event loop thread) and results come back as callbacks.
 """
 
@@ -20,8 +20,8 @@ import ipywidgets as w  # type: ignore[import-untyped]  # ships no type informat
 from .client import RemoteManager
 from .errors import BaiError
 from .model import ClusterMode, SessionType, Status
-from .templates import Template
-from .views import (
+from .request import Template
+from .sessions_model import (
     LiveSessions,
     Runner,
     SessionRow,

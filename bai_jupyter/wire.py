@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .model import HistoryEntry, Kernel, KernelRole, Session, SessionResult, Status
+from .request import parse_spec, spec_to_json
 from .resources import ResourceSlot
-from .templates import parse_spec, spec_to_json
 
 __all__ = ["kernel_from_json", "kernel_to_json", "session_from_json", "session_to_json"]
 

@@ -54,7 +54,7 @@ from typing import Any
 import docker.errors
 from docker.client import DockerClient
 
-from bai_jupyter.cluster import LABEL_ROOT, LABEL_SESSION
+from bai_jupyter.kernel_plan import LABEL_ROOT, LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Status
 
@@ -276,7 +276,7 @@ async def shutdown(bench: Bench) -> None:
     # The store is the bench's own: every session in it is ours, including one whose
     # ``create`` was interrupted before it returned its id.
     with contextlib.suppress(Exception):
-        for session in await manager.list():
+        for session in await manager.list_sessions():
             if session.id not in bench.sessions:
                 bench.sessions.append(session.id)
     for session_id in bench.sessions:

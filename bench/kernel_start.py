@@ -187,7 +187,7 @@ async def main(runs: int) -> int:
                     await asyncio.sleep(0.3)
         finally:
             unregister_manager(manager)
-            for session in await manager.list():
+            for session in await manager.list_sessions():
                 if not session.status.is_terminal:
                     await manager.destroy(session.id)
             await manager.stop()

@@ -53,12 +53,13 @@ def docker_engine() -> Any:
 @pytest.fixture(scope="session")
 def kernel_image(docker_engine: Any) -> str:
     """The default kernel image, built by ./scripts/test (bai-jupyter image ensure)."""
-    from bai_jupyter.image import DEFAULT_TAG, image_status
+    from bai_jupyter.image import image_status
+    from bai_jupyter.runtime.protocol import DEFAULT_IMAGE
 
-    status = image_status(DEFAULT_TAG)
+    status = image_status(DEFAULT_IMAGE)
     if not status.present:
-        _need(f"kernel image {DEFAULT_TAG} missing: run `bai-jupyter image build`", None)
-    return DEFAULT_TAG
+        _need(f"kernel image {DEFAULT_IMAGE} missing: run `bai-jupyter image build`", None)
+    return DEFAULT_IMAGE
 
 
 CHROMIUM = os.environ.get("BAI_TEST_CHROMIUM", "/usr/bin/chromium")

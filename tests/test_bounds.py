@@ -22,17 +22,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_server_harness import MULTI_USER, Server, start_server
 
-from bai_jupyter.agents.docker import JUPYTER_PORTS, DockerAgent
-from bai_jupyter.cluster import SSH_PORT, KernelPlan
+from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.errors import InvalidRequest
+from bai_jupyter.kernel_plan import KernelPlan
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Agent, KernelRole, Session, SessionSpec, Status
+from bai_jupyter.request import RESERVED_PORTS, SpecError, parse_spec, spec_to_json
 from bai_jupyter.resources import ResourceSlot
+from bai_jupyter.runtime.protocol import KERNEL_PORTS, SSH_PORT
 from bai_jupyter.scheduler import SchedulerConfig, Snapshot, load_plugins, schedule
 from bai_jupyter.scheduler.config import DEFAULT_RESOURCES, MIN_RESOURCES, SchedulerConfigError
 from bai_jupyter.scheduler.queue import enqueue
 from bai_jupyter.scheduler.sequencers import FIFOSequencer
-from bai_jupyter.templates import RESERVED_PORTS, SpecError, parse_spec, spec_to_json
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -84,7 +85,7 @@ def test_repeated_dependencies_are_kept_once_in_order() -> None:
 
 
 def test_the_runtime_ports_are_reserved() -> None:
-    assert {SSH_PORT, *JUPYTER_PORTS.values()} <= RESERVED_PORTS
+    assert {SSH_PORT, *KERNEL_PORTS.values()} <= RESERVED_PORTS
 
 
 def test_defaults_fill_what_a_request_leaves_out_and_minimums_hold() -> None:
@@ -210,7 +211,7 @@ async def _started(tmp_path: Path, backend: str = "local") -> AsyncIterator[BaiS
     try:
         yield mgr
     finally:
-        for session in await mgr.list():
+        for session in await mgr.list_sessions():
             if not session.status.is_terminal and session.id != "old":
                 await mgr.destroy(session.id)
         await mgr.stop()

@@ -37,8 +37,8 @@ async def test_a_session_from_create_to_destroy(server: Server) -> None:
     )
     running = await client.wait_for("remote", {Status.RUNNING}, timeout=90)
     assert running.status is Status.RUNNING and running.kernels[0].info["connection"]
-    assert [s.id for s in await client.list(statuses=[Status.RUNNING])] == [session.id]
-    assert await client.list(type="batch") == []
+    assert [s.id for s in await client.list_sessions(statuses=[Status.RUNNING])] == [session.id]
+    assert await client.list_sessions(type="batch") == []
     assert "bai-runtime" in await client.logs(session.id)
     await client.signal(session.id, signal.SIGINT)
     with pytest.raises(errors.InvalidRequest, match="only SIGINT"):
@@ -62,7 +62,7 @@ async def test_errors_come_back_as_the_same_classes(server: Server) -> None:
         await client.wait_for(pending.id, {Status.RUNNING}, timeout=0.5)
     await client.destroy(pending.id)
     with pytest.raises(errors.Forbidden, match="BAI_JUPYTER_TOKEN"):
-        await server.client("wrong").list()
+        await server.client("wrong").list_sessions()
 
 
 async def test_templates_agents_and_scheduler(server: Server) -> None:
@@ -129,7 +129,7 @@ async def test_a_frame_that_is_not_json_ends_the_events_with_unavailable() -> No
 async def test_an_unreachable_server_says_what_to_set() -> None:
     url = f"http://127.0.0.1:{free_port()}/"
     with pytest.raises(errors.Unavailable) as caught:
-        await RemoteManager(url, "t").list()
+        await RemoteManager(url, "t").list_sessions()
     assert url in str(caught.value) and "BAI_JUPYTER_URL" in str(caught.value)
 
 

@@ -26,15 +26,16 @@ from typing import Any, TypeVar
 
 import pytest
 
-from bai_jupyter import cluster, model
+from bai_jupyter import kernel_plan, model
 from bai_jupyter.agents.base import AgentError, KernelEvent, KernelEventKind, KernelStarted
 from bai_jupyter.agents.docker import (
     EGRESS_NETWORK,
-    JUPYTER_PORTS,
-    RUNTIME_MOUNT,
     DockerAgent,
 )
+from bai_jupyter.mounts import Mount
 from bai_jupyter.resources import ResourceSlot
+from bai_jupyter.runtime import protocol
+from bai_jupyter.runtime.protocol import KERNEL_PORTS, RUNTIME_MOUNT
 
 pytestmark = pytest.mark.docker
 
@@ -44,7 +45,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 #: Extra label on every test container, so a sweep finds leftovers of this run only.
 TEST_LABEL = "ai.backend.bai-jupyter.test-run"
 RUN_ID = uuid.uuid4().hex
-REAL_RUNTIME = Path(cluster.__file__).resolve().parent / "runtime"
+REAL_RUNTIME = Path(kernel_plan.__file__).resolve().parent / "runtime"
 MEM = 128 * 1024 * 1024
 
 FAKE_RUNTIME = """\
@@ -114,10 +115,10 @@ class Harness:
         type: model.SessionType = model.SessionType.INTERACTIVE,
         env: dict[str, str] | None = None,
         service_ports: list[str] | None = None,
-        mounts: list[cluster.Mount] | None = None,
+        mounts: list[Mount] | None = None,
         startup_command: str | None = None,
         batch_timeout: float | None = None,
-    ) -> tuple[model.Session, list[cluster.KernelPlan]]:
+    ) -> tuple[model.Session, list[kernel_plan.KernelPlan]]:
         """A session record and its plans, built the way the manager builds them."""
         spec = model.SessionSpec(
             image=image,
@@ -130,7 +131,7 @@ class Harness:
             batch_timeout=batch_timeout,
         )
         session = model.Session.create(spec, "tester", time.time())
-        keys = cluster.generate_ssh_keys()
+        keys = kernel_plan.generate_ssh_keys()
         connection = {
             "key": uuid.uuid4().hex,
             "transport": "tcp",
@@ -138,17 +139,17 @@ class Harness:
             "kernel_name": "python3",
         }
         plans = [
-            cluster.KernelPlan(
+            kernel_plan.KernelPlan(
                 session_id=session.id,
                 kernel_id=k.id,
                 hostname=k.hostname,
                 role=k.role,
                 image=image,
                 slots=k.slots.to_json(),
-                env=cluster.kernel_environ(session, k),
+                env=kernel_plan.kernel_environ(session, k),
                 mounts=list(mounts or []),
-                labels={**cluster.labels(session, k, "test-scope"), TEST_LABEL: RUN_ID},
-                bootstrap=cluster.bootstrap(session, k, keys, connection),
+                labels={**kernel_plan.labels(session, k, "test-scope"), TEST_LABEL: RUN_ID},
+                bootstrap=kernel_plan.bootstrap(session, k, keys, connection),
             )
             for k in session.kernels
         ]
@@ -156,7 +157,7 @@ class Harness:
         return session, plans
 
     def start(
-        self, plans: list[cluster.KernelPlan], agent: DockerAgent | None = None
+        self, plans: list[kernel_plan.KernelPlan], agent: DockerAgent | None = None
     ) -> list[KernelStarted]:
         return self.run((agent or self.agent).start_kernels(plans[0].session_id, plans))
 
@@ -165,7 +166,7 @@ class Harness:
 
     def leftovers(self, session_id: str) -> tuple[list[Any], list[Any]]:
         """Containers and networks that still carry the session's label."""
-        label = {"label": f"{cluster.LABEL_SESSION}={session_id}"}
+        label = {"label": f"{kernel_plan.LABEL_SESSION}={session_id}"}
         return (
             self.engine.containers.list(all=True, filters=label),
             self.engine.networks.list(filters=label),
@@ -195,7 +196,7 @@ class Harness:
             leftover.remove(force=True)
         for session_id in self.sessions:
             for net in self.engine.networks.list(
-                filters={"label": f"{cluster.LABEL_SESSION}={session_id}"}
+                filters={"label": f"{kernel_plan.LABEL_SESSION}={session_id}"}
             ):
                 net.remove()
         self.run(self.agent.close())
@@ -242,7 +243,7 @@ def trio(h: Harness, data_dir: Path) -> tuple[model.Session, list[KernelStarted]
     session, plans = h.session(
         3,
         service_ports=["web:http:8080"],
-        mounts=[cluster.Mount(str(data_dir), "/home/work/data")],
+        mounts=[Mount(str(data_dir), "/home/work/data")],
     )
     return session, h.start(plans)
 
@@ -276,7 +277,7 @@ def test_session_layout(h: Harness, trio: tuple[model.Session, list[KernelStarte
     net_name = f"bai-{session.id[:12]}"
     net = h.engine.networks.get(net_name)
     assert net.attrs["Internal"] is True
-    assert net.attrs["Labels"][cluster.LABEL_SESSION] == session.id
+    assert net.attrs["Labels"][kernel_plan.LABEL_SESSION] == session.id
     egress = h.engine.networks.get(EGRESS_NETWORK)
     assert egress.attrs["Internal"] is False
     assert egress.attrs["Options"]["com.docker.network.bridge.enable_icc"] == "false"
@@ -285,7 +286,7 @@ def test_session_layout(h: Harness, trio: tuple[model.Session, list[KernelStarte
         assert c.id == info.container_id
         assert c.status == "running"
         assert c.attrs["Config"]["Hostname"] == kernel.hostname
-        assert c.labels[cluster.LABEL_KERNEL] == kernel.id
+        assert c.labels[kernel_plan.LABEL_KERNEL] == kernel.id
         assert c.attrs["Config"]["Env"].count(f"BACKENDAI_CLUSTER_HOST={kernel.hostname}") == 1
         networks = c.attrs["NetworkSettings"]["Networks"]
         assert kernel.hostname in networks[net_name]["Aliases"]
@@ -327,7 +328,7 @@ def test_bootstrap_and_mounts(
     boot = json.loads(_exec_ok(h, main_id, "cat", "/home/config/bootstrap.json"))
     conn = boot["connection"]
     assert conn["ip"] == "0.0.0.0"
-    assert {name: conn[f"{name}_port"] for name in JUPYTER_PORTS} == JUPYTER_PORTS
+    assert {name: conn[f"{name}_port"] for name in KERNEL_PORTS} == KERNEL_PORTS
     assert conn["transport"] == "tcp" and conn["signature_scheme"] == "hmac-sha256"
     assert len(conn["key"]) == 32
     listing = _exec_ok(h, sub1_id, "stat", "-c", "%a %U", "/home/config/bootstrap.json")
@@ -337,7 +338,7 @@ def test_bootstrap_and_mounts(
     _exec_ok(h, main_id, "touch", "/home/config/kernel.json")
     denied = h.run(h.agent.exec(main_id, ["touch", f"{RUNTIME_MOUNT}/x"]))
     assert denied.exit_code != 0 and "Read-only" in denied.output
-    assert _exec_ok(h, main_id, "pwd").strip() == cluster.WORK_DIR
+    assert _exec_ok(h, main_id, "pwd").strip() == protocol.WORK_DIR
     # The data folder is shared by every kernel.
     _exec_ok(h, sub1_id, "sh", "-c", "echo hello > /home/work/data/from-sub1")
     assert _exec_ok(h, main_id, "cat", "/home/work/data/from-sub1") == "hello\n"
@@ -348,17 +349,17 @@ def test_ports_published_on_loopback(
 ) -> None:
     session, started = trio
     main = started[0]
-    assert set(main.ports) == {*JUPYTER_PORTS, "service:web"}
+    assert set(main.ports) == {*KERNEL_PORTS, "service:web"}
     assert all(not s.ports for s in started[1:])
     settings = h.container(session.id, "main1").attrs["NetworkSettings"]
     if h.agent.publish:
         assert main.host == "127.0.0.1"
-        for port in [*JUPYTER_PORTS.values(), 8080]:
+        for port in [*KERNEL_PORTS.values(), 8080]:
             assert [b["HostIp"] for b in settings["Ports"][f"{port}/tcp"]] == ["127.0.0.1"]
     else:  # reached at its address on the egress bridge, nothing published
         assert main.host == settings["Networks"][EGRESS_NETWORK]["IPAddress"]
-        assert main.ports["shell"] == JUPYTER_PORTS["shell"]
-        assert not any(settings["Ports"].get(f"{p}/tcp") for p in JUPYTER_PORTS.values())
+        assert main.ports["shell"] == KERNEL_PORTS["shell"]
+        assert not any(settings["Ports"].get(f"{p}/tcp") for p in KERNEL_PORTS.values())
     url = f"http://{main.host}:{main.ports['service:web']}/"
     deadline = time.monotonic() + 10
     while True:  # the stand-in's web server may still be starting
@@ -418,7 +419,7 @@ def test_kill_and_signal_events(h: Harness) -> None:
     )
     assert event.exit_code == 0
     live = {k.kernel_id: k for k in h.run(h.agent.live_kernels())}
-    assert live[main.id].labels[cluster.LABEL_SCOPE] == "test-scope"
+    assert live[main.id].labels[kernel_plan.LABEL_SCOPE] == "test-scope"
     assert (live[main.id].running, live[main.id].exit_code) == (False, 137)
     assert (live[sub1.id].running, live[sub1.id].exit_code) == (False, 0)
     assert live[main.id].session_id == session.id
@@ -469,7 +470,7 @@ def test_bad_image_leaves_nothing(h: Harness) -> None:
 
 def test_failure_of_one_kernel_removes_the_others(h: Harness, tmp_path: Path) -> None:
     session, plans = h.session(3)
-    plans[2].mounts = [cluster.Mount(str(tmp_path), "relative/path")]  # the engine refuses it
+    plans[2].mounts = [Mount(str(tmp_path), "relative/path")]  # the engine refuses it
     with pytest.raises(AgentError, match="sub2"):
         h.start(plans)
     assert h.leftovers(session.id) == ([], [])
@@ -550,7 +551,7 @@ def test_real_runtime_ssh_and_jupyter(h: Harness, real_runtime: Path) -> None:
         "transport": "tcp",
         "signature_scheme": "hmac-sha256",
         "key": plans[0].bootstrap["connection"]["key"],
-        **{f"{name}_port": started[0].ports[name] for name in JUPYTER_PORTS},
+        **{f"{name}_port": started[0].ports[name] for name in KERNEL_PORTS},
     }
     deadline = time.monotonic() + 30
     output: list[str] = []

@@ -80,7 +80,7 @@ async def test_rest_refuses_host_internals(server: Server, root: Path) -> None:
         "POST", "bai/api/v1/sessions", {"template": "rooted"}, token="alice-token"
     )
     assert reply.code == 400 and b"mounts: /:" in reply.body, reply.body
-    sessions = await server.client("alice-token").list()
+    sessions = await server.client("alice-token").list_sessions()
     assert sessions == []
 
 
@@ -139,4 +139,4 @@ async def test_kernel_reaches_only_kernel_access_and_is_refused_mounts(
         assert "REJECT" in rules
     finally:
         await client.destroy(session.id)
-    assert [s for s in await client.list() if not s.status.is_terminal] == []
+    assert [s for s in await client.list_sessions() if not s.status.is_terminal] == []

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from bai_jupyter import image
+from bai_jupyter.runtime.protocol import DEFAULT_IMAGE
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -56,7 +57,7 @@ def docker_engine() -> str:
 def kernel_image(docker_engine: str) -> image.ImageStatus:
     """The default kernel image, built from the current recipe (built now if needed)."""
     try:
-        return image.ensure_image(image.DEFAULT_TAG)
+        return image.ensure_image(DEFAULT_IMAGE)
     except image.ImageBuildError as exc:
         if IN_CI:
             raise
@@ -123,7 +124,7 @@ def test_cli_parses_build_and_status() -> None:
     assert (args.image_action, args.offline, args.force, args.tag) == ("build", True, True, "x/y:1")
     assert args.run is image.run_cli
     args = parser.parse_args(["image", "build", "--online"])
-    assert (args.offline, args.force, args.tag) == (False, False, image.DEFAULT_TAG)
+    assert (args.offline, args.force, args.tag) == (False, False, DEFAULT_IMAGE)
     assert parser.parse_args(["image", "status"]).image_action == "status"
     with pytest.raises(SystemExit):
         parser.parse_args(["image", "build", "--offline", "--online"])
@@ -165,7 +166,7 @@ def test_mirror_is_overridable(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.docker
 def test_image_carries_the_recipe_labels(kernel_image: image.ImageStatus) -> None:
     labels = _docker(
-        "image", "inspect", "--format", "{{json .Config.Labels}}", image.DEFAULT_TAG
+        "image", "inspect", "--format", "{{json .Config.Labels}}", DEFAULT_IMAGE
     ).strip()
     assert f'"{image.RECIPE_LABEL}":"{image.recipe_hash()}"' in labels
     assert f'"{image.SERVICE_PORTS_LABEL}":""' in labels
@@ -176,7 +177,7 @@ def test_image_carries_the_recipe_labels(kernel_image: image.ImageStatus) -> Non
 def test_ensure_image_is_a_fast_no_op_when_up_to_date(kernel_image: image.ImageStatus) -> None:
     said: list[str] = []
     started = time.monotonic()
-    status = image.ensure_image(image.DEFAULT_TAG, progress=said.append)
+    status = image.ensure_image(DEFAULT_IMAGE, progress=said.append)
     elapsed = time.monotonic() - started
     assert elapsed < 2.0
     assert status.image_id == kernel_image.image_id
@@ -189,7 +190,7 @@ def test_status_command_reports_up_to_date(
 ) -> None:
     assert image.main(["status"]) == 0
     out = capsys.readouterr().out
-    assert image.DEFAULT_TAG in out and "up to date" in out and "present: yes" in out
+    assert DEFAULT_IMAGE in out and "up to date" in out and "present: yes" in out
 
 
 @pytest.mark.docker

@@ -195,7 +195,7 @@ async def test_kernel_tokens_may_be_kept_from_creating_sessions(tmp_path: Path) 
         assert reply.code == 403
         assert "kernel_tokens_create_sessions" in _error(reply)
         assert (await kernel.fetch("GET", "bai/api/v1/sessions", token=token)).code == 200
-        assert [s.id for s in await server.client("alice-token").list()] == [a]
+        assert [s.id for s in await server.client("alice-token").list_sessions()] == [a]
         await server.client("alice-token").destroy(a)
     finally:
         server.stop()

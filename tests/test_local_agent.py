@@ -18,9 +18,11 @@ import pytest
 from bai_jupyter.agents import local
 from bai_jupyter.agents.base import AgentError, KernelEvent, KernelEventKind
 from bai_jupyter.agents.local import LocalAgent
-from bai_jupyter.cluster import KernelPlan, Mount, bootstrap, kernel_environ, labels
+from bai_jupyter.kernel_plan import KernelPlan, bootstrap, kernel_environ, labels
 from bai_jupyter.model import Session, SessionSpec, SessionType
+from bai_jupyter.mounts import Mount
 from bai_jupyter.resources import ResourceSlot
+from bai_jupyter.runtime.protocol import CHANNELS
 
 T = TypeVar("T")
 
@@ -188,7 +190,7 @@ def test_interactive_kernel_executes_interrupts_and_is_destroyed(root: Path) -> 
         assert started.host == "127.0.0.1"
         # Natively a service listens on its own port: no mapping, same key as Docker's.
         assert started.ports.pop("service:web") == 8123
-        assert sorted(started.ports) == sorted(local.JUPYTER_PORTS)
+        assert sorted(started.ports) == sorted(CHANNELS)
         info: dict[str, Any] = {f"{name}_port": port for name, port in started.ports.items()}
         info.update(ip=started.host, transport="tcp", key="secret-key")
         info.update(signature_scheme="hmac-sha256")

@@ -36,7 +36,7 @@ from bai_jupyter.magics import (
     user_output,
 )
 from bai_jupyter.model import Status
-from bai_jupyter.views import SessionRow, resources_text
+from bai_jupyter.sessions_model import SessionRow, resources_text
 
 #: Small enough that three kernels fit on a two-core machine beside other tests.
 SMALL = ["--cpu", "0.25", "--mem", "128m"]

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from bai_jupyter.agents.docker import EGRESS_NETWORK, DockerAgent
-from bai_jupyter.cluster import LABEL_KERNEL, LABEL_ROOT, LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.errors import InvalidRequest
+from bai_jupyter.kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import SessionResult, Status
 from bai_jupyter.store import Store
@@ -56,7 +56,7 @@ async def _started(tmp_path: Path, backend: str, **traits: Any) -> AsyncIterator
     try:
         yield mgr
     finally:
-        for session in await mgr.list():
+        for session in await mgr.list_sessions():
             if not session.status.is_terminal:
                 await mgr.destroy(session.id)
         await mgr.stop()

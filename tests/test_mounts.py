@@ -18,7 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bai_jupyter.agents.docker import KEPT_CAPABILITIES
-from bai_jupyter.cluster import (
+from bai_jupyter.errors import InvalidRequest
+from bai_jupyter.manager import BaiSessionManager
+from bai_jupyter.model import Status
+from bai_jupyter.mounts import (
     ALWAYS_FORBIDDEN,
     Mount,
     MountPolicy,
@@ -26,9 +29,6 @@ from bai_jupyter.cluster import (
     owner_dir,
     parse_mount,
 )
-from bai_jupyter.errors import InvalidRequest
-from bai_jupyter.manager import BaiSessionManager
-from bai_jupyter.model import Status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -167,7 +167,7 @@ async def mgr(tmp_path: Path, kernel_image: str) -> AsyncIterator[BaiSessionMana
     try:
         yield manager
     finally:
-        for session in await manager.list():
+        for session in await manager.list_sessions():
             if not session.status.is_terminal:
                 await manager.destroy(session.id)
         await manager.stop()
@@ -192,7 +192,7 @@ async def test_create_refuses_and_creates_nothing(mgr: BaiSessionManager, tmp_pa
         with pytest.raises(InvalidRequest, match=words):
             await mgr.create({"mounts": [entry]}, "alice")
     assert not missing.exists() and not foreign.exists() and not foreign.parent.exists()
-    assert await mgr.list() == []
+    assert await mgr.list_sessions() == []
 
 
 @pytest.mark.docker

@@ -164,7 +164,7 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
             pytest.fail(f"terminal:\n{seen.getvalue()}\nserver:\n{server.tail()}")
         child.close()
         assert "Traceback" not in seen.getvalue(), seen.getvalue()
-        (session,) = await server.client().list()
+        (session,) = await server.client().list_sessions()
         ended = await server.client().wait_for(session.id, [Status.TERMINATED], timeout=120)
         assert (ended.status, ended.status_info) == (Status.TERMINATED, "user-requested"), (
             ended.status_data

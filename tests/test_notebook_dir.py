@@ -23,9 +23,9 @@ from test_server_harness import MULTI_USER, Server, serving
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.agents.docker import DockerAgent
-from bai_jupyter.cluster import NOTEBOOK_DIR, WORK_DIR
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Session, SessionSpec, Status
+from bai_jupyter.runtime.protocol import NOTEBOOK_DIR, WORK_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -92,7 +92,7 @@ async def _notebook_kernel(server: Server, kernel: str) -> AsyncIterator[str]:
     assert reply.code == 201, reply.body
     jupyter = json.loads(reply.body)
     try:
-        sessions = await server.client().list()
+        sessions = await server.client().list_sessions()
         ours = [s for s in sessions if s.meta.get("jupyter_kernel_id") == jupyter["kernel"]["id"]]
         assert len(ours) == 1 and ours[0].status is Status.RUNNING
         yield ours[0].id

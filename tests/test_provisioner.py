@@ -28,7 +28,7 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 from traitlets.config import Config
 
 from bai_jupyter import kernelspecs
-from bai_jupyter.cluster import LABEL_SCOPE, LABEL_SESSION
+from bai_jupyter.kernel_plan import LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Session, Status
 from bai_jupyter.provisioner import BaiProvisioner
@@ -87,7 +87,7 @@ async def manager(
         yield mgr
     finally:
         unregister_manager(mgr)
-        for session in await mgr.list():
+        for session in await mgr.list_sessions():
             if not session.status.is_terminal:
                 await mgr.destroy(session.id)
         await mgr.stop()
@@ -130,7 +130,7 @@ async def _run(client: AsyncKernelClient, code: str) -> tuple[dict[str, Any], st
 async def _session_of(manager: BaiSessionManager, kernel_id: str) -> Session:
     """The session of a Jupyter kernel (a pending kernel's may take a moment to appear)."""
     for _ in range(100):
-        for session in await manager.list():
+        for session in await manager.list_sessions():
             if session.meta.get("jupyter_kernel_id") == kernel_id:
                 return session
         await asyncio.sleep(0.1)
@@ -275,7 +275,7 @@ async def test_launch_timeout_fails_clearly_and_leaves_no_session(
     error = json.loads(failed.value.response.body)["message"]
     assert "did not start within launch_timeout=2 s and was cancelled" in error
     assert "needs cpu=1 but the largest agent has 0 free" in error
-    sessions = [s for s in await manager.list() if s.id != busy.id]
+    sessions = [s for s in await manager.list_sessions() if s.id != busy.id]
     assert [(s.status, s.status_info) for s in sessions] == [(Status.CANCELLED, "launch-timeout")]
     assert _containers(docker_engine, f"{LABEL_SESSION}={sessions[0].id}") == []
 
@@ -344,4 +344,4 @@ async def test_a_kernel_attached_to_a_session_leaves_it_running(
     client.stop_channels()
     await jp_fetch("api", "kernels", kernel_id, method="DELETE")
     assert (await manager.get(session.id)).status is Status.RUNNING
-    assert [s.id for s in await manager.list()] == [session.id]
+    assert [s.id for s in await manager.list_sessions()] == [session.id]

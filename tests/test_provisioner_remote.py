@@ -45,11 +45,11 @@ async def test_a_kernel_the_server_starts_uses_the_servers_manager(server: Serve
     reply = await server.fetch("POST", "api/kernels", {"name": "bai-py"})
     assert reply.code == 201, reply.body
     kernel_id = json.loads(reply.body)["id"]
-    sessions = await server.client().list()
+    sessions = await server.client().list_sessions()
     assert [(s.status, s.meta) for s in sessions] == [
         (Status.RUNNING, {"jupyter_kernel_id": kernel_id})
     ]
-    assert "sessions come from the server's own manager" in server.tail()
+    assert "sessions come from the server's own manager" in server.log.read_text()
 
     assert (await server.fetch("DELETE", f"api/kernels/{kernel_id}")).code == 204
     assert (await server.client().get(sessions[0].id)).status is Status.TERMINATED
@@ -72,7 +72,7 @@ async def test_jupyter_execute_uses_the_server_at_bai_jupyter_url(
     done, printed = await asyncio.to_thread(run_notebook, tmp_path, source, env)
     assert printed == "main1\n"
     assert "sessions come from the bai-jupyter server at" in done.stderr
-    sessions = await server.client().list()
+    sessions = await server.client().list_sessions()
     assert [s.status for s in sessions] == [Status.TERMINATED]
     assert not (data / "bai_jupyter").exists()  # no embedded manager, no store of its own
 

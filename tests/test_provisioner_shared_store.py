@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bai_jupyter.cluster import LABEL_SESSION
+from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import STARTING, Status
 
@@ -49,7 +49,7 @@ async def test_a_second_manager_leaves_a_starting_session_to_the_first(
         assert (await second.get(session.id)).status is Status.RUNNING
     finally:
         await second.stop()
-        for left in await first.list():
+        for left in await first.list_sessions():
             if not left.status.is_terminal:
                 await first.destroy(left.id)
         await first.stop()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import bai_jupyter.runtime
-from bai_jupyter.runtime import bai_runtime
+from bai_jupyter.runtime import config, processes, ssh
 
 if TYPE_CHECKING:
     from jupyter_client.blocking.client import BlockingKernelClient
@@ -96,7 +96,7 @@ class Runtime:
         base = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith("BACKENDAI_") and k not in bai_runtime.EXTRA_ENV
+            if not k.startswith("BACKENDAI_") and k not in config.EXTRA_ENV
         }
         entry = ["-m", "bai_jupyter.runtime"] if module else [str(RUNTIME_DIR)]
         argv = [sys.executable, *entry, "--config-dir", str(self.config)]
@@ -283,7 +283,7 @@ def test_batch_timeout_kills_a_command_that_ignores_sigterm(
     rt = start(bootstrap("batch", startup_command="trap '' TERM; sleep 30", batch_timeout=0.2))
     t0 = time.monotonic()
     assert rt.wait() == 124
-    assert 0.2 + bai_runtime.GRACE - 0.1 < time.monotonic() - t0 < 8
+    assert 0.2 + processes.GRACE - 0.1 < time.monotonic() - t0 < 8
     assert "task-timeout after 0.2 s" in rt.err
 
 
@@ -371,7 +371,7 @@ def test_services_with_a_definition_start_with_prefixed_output(
 def test_install_ssh_writes_keys_config_and_known_hosts(tmp_path: Path) -> None:
     home, etc, config = tmp_path / "root", tmp_path / "etc-ssh", tmp_path / "config"
     env = {"PATH": "/opt/conda/bin:/usr/bin", "BACKENDAI_CLUSTER_HOST": "main1", "HOME": "/x"}
-    host_key = bai_runtime.install_ssh(SSH, ["main1", "sub1", "sub2"], config, home, etc, env)
+    host_key = ssh.install_ssh(SSH, ["main1", "sub1", "sub2"], config, home, etc, env)
 
     dot = home / ".ssh"
     assert mode_of(dot) == 0o700
@@ -413,7 +413,7 @@ def test_install_ssh_tightens_existing_files(tmp_path: Path) -> None:
     dot.mkdir(parents=True, mode=0o777)
     (dot / "id_ed25519").write_text("old")
     (dot / "id_ed25519").chmod(0o644)
-    bai_runtime.install_ssh(SSH, ["main1"], tmp_path / "c", tmp_path / "home", tmp_path / "etc")
+    ssh.install_ssh(SSH, ["main1"], tmp_path / "c", tmp_path / "home", tmp_path / "etc")
     assert mode_of(dot) == 0o700
     assert mode_of(dot / "id_ed25519") == 0o600
     assert (dot / "id_ed25519").read_text() == USER_KEY + "\n"

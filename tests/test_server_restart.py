@@ -113,7 +113,7 @@ async def test_a_clean_shutdown_ends_kernel_sessions_with_their_kernels(
     tmp_path: Path, kernel_image: str, docker_engine: Any
 ) -> None:
     """SIGTERM: Jupyter's kernels go first, while the manager can still remove containers."""
-    from bai_jupyter.cluster import LABEL_SESSION
+    from bai_jupyter.kernel_plan import LABEL_SESSION
     from bai_jupyter.kernelspecs import kernelspec_json
     from bai_jupyter.store import Store
 
@@ -127,7 +127,7 @@ async def test_a_clean_shutdown_ends_kernel_sessions_with_their_kernels(
         reply = await server.fetch("POST", "api/kernels", {"name": "bai-test"})
         assert reply.code == 201, reply.body
         kernel_id = json.loads(reply.body)["id"]
-        (session,) = await server.client().list(statuses=[Status.RUNNING])
+        (session,) = await server.client().list_sessions(statuses=[Status.RUNNING])
         assert session.meta["jupyter_kernel_id"] == kernel_id
         api_made = await server.client().create({"starts_at": 4e9})  # not kernel-backed
     finally:

@@ -21,6 +21,7 @@ from bai_jupyter.model import (
     SessionType,
     Status,
 )
+from bai_jupyter.request import Template
 from bai_jupyter.resources import ResourceSlot
 from bai_jupyter.store import (
     SCHEMA_VERSION,
@@ -30,7 +31,6 @@ from bai_jupyter.store import (
     StoreVersionError,
     default_url,
 )
-from bai_jupyter.templates import Template
 
 T0 = 1_700_000_000.0
 OUR_TABLES = {"bai_meta", "bai_sessions", "bai_kernels", "bai_agents", "bai_templates"}

@@ -14,8 +14,8 @@ from test_server_harness import Server, serving
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.magics import LoopThread
 from bai_jupyter.model import Status
-from bai_jupyter.templates import Template
-from bai_jupyter.views import (
+from bai_jupyter.request import Template
+from bai_jupyter.sessions_model import (
     LiveSessions,
     SessionsModel,
     build_request,

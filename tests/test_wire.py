@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from bai_jupyter.model import Session, Status
-from bai_jupyter.templates import parse_spec
+from bai_jupyter.request import parse_spec
 from bai_jupyter.wire import session_from_json, session_to_json
 
 

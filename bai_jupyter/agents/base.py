@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ..cluster import KernelPlan
+from ..kernel_plan import KernelPlan
 from ..resources import ResourceSlot
 
 

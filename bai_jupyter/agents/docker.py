@@ -52,9 +52,17 @@ from docker.client import DockerClient
 from docker.types.services import Mount as _SDKMount
 from jupyter_core.paths import jupyter_runtime_dir
 
-from ..cluster import CONFIG_DIR, LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, WORK_DIR, KernelPlan
+from ..kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
 from ..model import KernelRole
 from ..resources import ResourceSlot, parse_amount
+from ..runtime.protocol import (
+    CONFIG_DIR,
+    DEFAULT_IMAGE,
+    KERNEL_PORTS,
+    RUNTIME_MOUNT,
+    TASK_TIMEOUT_LINE,
+    WORK_DIR,
+)
 from .base import (
     AgentBackend,
     AgentError,
@@ -75,8 +83,6 @@ BindMount: Any = _SDKMount
 
 T = TypeVar("T")
 
-#: Where the runtime package is mounted (read-only) in every kernel.
-RUNTIME_MOUNT = "/opt/bai-runtime"
 #: The bai_jupyter package, read-only, on every kernel's PYTHONPATH (``%bai`` in main1).
 PACKAGE_ROOT = "/opt/bai-jupyter"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -98,18 +104,6 @@ def kernel_packages() -> list[Path]:
 
 #: The shared, non-internal bridge on which main kernels publish their ports.
 EGRESS_NETWORK = "bai-jupyter-egress"
-#: Fixed Jupyter ports inside the main kernel (published on random host ports).
-JUPYTER_PORTS: dict[str, int] = {
-    "shell": 2300,
-    "iopub": 2301,
-    "stdin": 2302,
-    "control": 2303,
-    "hb": 2304,
-}
-#: The line the runtime prints when a batch task hit ``batch_timeout`` (exit code 124).
-TASK_TIMEOUT_MARK = "bai-runtime: task-timeout"
-#: The default kernel image (kept in sync with ``bai_jupyter.image.DEFAULT_TAG``).
-DEFAULT_IMAGE = "bai-jupyter/python:3.11"
 
 _DEFAULT_RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 #: The only Linux capabilities a kernel keeps (all others are dropped): what sshd
@@ -282,7 +276,7 @@ def _parse_service_port(spec: str) -> tuple[str, int]:
             f"bad service port {spec!r}: expected 'name:proto:port', e.g. 'web:http:8080'"
         )
     port = int(parts[2])
-    if not 0 < port < 65536 or port in JUPYTER_PORTS.values():
+    if not 0 < port < 65536 or port in KERNEL_PORTS.values():
         raise AgentError(f"bad service port {spec!r}: port must be 1–65535 and not 2300–2304")
     return parts[0], port
 
@@ -689,9 +683,9 @@ class DockerAgent(AgentBackend):
                 bootstrap["connection"] = {
                     **(bootstrap.get("connection") or {}),
                     "ip": "0.0.0.0",
-                    **{f"{name}_port": port for name, port in JUPYTER_PORTS.items()},
+                    **{f"{name}_port": port for name, port in KERNEL_PORTS.items()},
                 }
-                publish.update({port: ("127.0.0.1",) for port in JUPYTER_PORTS.values()})
+                publish.update({port: ("127.0.0.1",) for port in KERNEL_PORTS.values()})
             for spec in bootstrap.get("service_ports") or []:
                 publish[_parse_service_port(spec)[1]] = ("127.0.0.1",)
 
@@ -864,7 +858,7 @@ class DockerAgent(AgentBackend):
 
         ports: dict[str, int] = {}
         if plan.bootstrap.get("mode") == "kernel":
-            ports.update({name: host_port(port) for name, port in JUPYTER_PORTS.items()})
+            ports.update({name: host_port(port) for name, port in KERNEL_PORTS.items()})
         for spec in plan.bootstrap.get("service_ports") or []:
             name, port = _parse_service_port(spec)
             ports[f"service:{name}"] = host_port(port)
@@ -1138,7 +1132,7 @@ class DockerAgent(AgentBackend):
                 tail = bytes(client.api.logs(actor.get("ID"), stdout=True, stderr=True, tail=20))
             except Exception:
                 tail = b""
-            if TASK_TIMEOUT_MARK.encode() in tail:
+            if TASK_TIMEOUT_LINE.encode() in tail:
                 detail["task_timeout"] = True
         return KernelEvent(
             KernelEventKind.EXITED, session_id, kernel_id, exit_code=code, detail=detail

@@ -49,8 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..cluster import KernelPlan, Mount
+from ..kernel_plan import KernelPlan
+from ..mounts import Mount
 from ..resources import Amount, ResourceSlot
+from ..runtime.protocol import CHANNELS, EXIT_TIMEOUT, TASK_TIMEOUT_LINE
 from .base import (
     AgentBackend,
     AgentError,
@@ -65,12 +67,6 @@ from .base import (
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 #: Per-kernel metadata file, read back by a later agent.
 META_FILE = "local-kernel.json"
-#: The five Jupyter ports of an interactive main kernel, in connection-file order.
-JUPYTER_PORTS = ("shell", "iopub", "stdin", "control", "hb")
-#: The line the runtime writes to stderr when a batch hits ``batch_timeout``.
-TASK_TIMEOUT_MARK = b"bai-runtime: task-timeout"
-#: Exit code of a batch or exec that hit its time limit (as coreutils ``timeout``).
-TASK_TIMEOUT_EXIT = 124
 #: :meth:`LocalAgent.logs` returns at most this many trailing bytes.
 LOG_LIMIT = 8 * 1024 * 1024
 
@@ -406,7 +402,7 @@ class LocalAgent(AgentBackend):
         try:
             code = _exit_code(await asyncio.wait_for(collect(), timeout))
         except asyncio.TimeoutError:
-            code = TASK_TIMEOUT_EXIT  # like coreutils ``timeout``
+            code = EXIT_TIMEOUT  # like coreutils ``timeout``
             _killpg(proc.pid, _signal.SIGKILL)  # also what it left running in the background
         finally:
             if proc.returncode is None:
@@ -562,9 +558,9 @@ class LocalAgent(AgentBackend):
             )
         else:
             detail: dict[str, Any] = {}
-            if code == TASK_TIMEOUT_EXIT:
+            if code == EXIT_TIMEOUT:
                 tail = await asyncio.to_thread(_read_tail_bytes, kernel.log_file, 4096)
-                if TASK_TIMEOUT_MARK in b"\n".join(tail.splitlines()[-10:]):
+                if TASK_TIMEOUT_LINE.encode() in b"\n".join(tail.splitlines()[-10:]):
                     detail["task_timeout"] = True
             event = KernelEvent(
                 KernelEventKind.EXITED, kernel.session_id, kernel.kernel_id, code, detail
@@ -579,7 +575,7 @@ class LocalAgent(AgentBackend):
 
 def _connection_ports(connection: dict[str, Any]) -> dict[str, int]:
     """The caller's ports where the plan has them, fresh free ports for the rest."""
-    given = {name: int(connection.get(f"{name}_port") or 0) for name in JUPYTER_PORTS}
+    given = {name: int(connection.get(f"{name}_port") or 0) for name in CHANNELS}
     missing = [name for name, port in given.items() if not port]
     fresh = iter(free_ports(len(missing))) if missing else iter(())
     return {name: port or next(fresh) for name, port in given.items()}

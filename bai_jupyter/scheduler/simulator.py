@@ -64,8 +64,8 @@ from pathlib import Path
 from typing import Any
 
 from ..model import Agent, Session, SessionResult, SessionSpec, Status
+from ..request import SpecError, parse_spec
 from ..resources import KNOWN_SLOTS, ResourceError, ResourceSlot, parse_amount
-from ..templates import SpecError, parse_spec
 from .config import SchedulerConfig, SchedulerConfigError
 from .context import Snapshot
 from .dispatcher import PassResult, schedule

@@ -15,7 +15,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from ..queues import put_dropping_oldest
+from ..broadcast import put_dropping_oldest
 from .base import BaiHandler
 
 __all__ = ["EventsHandler", "end_stream"]

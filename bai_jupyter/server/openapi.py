@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import ClusterMode, SessionType, Status
-from ..templates import (
-    FIELDS,
+from ..request import FIELDS, NAME_RE
+from ..request.bounds import (
     MAX_BATCH_TIMEOUT,
     MAX_CLUSTER_SIZE,
     MAX_COMMAND,
@@ -20,7 +20,6 @@ from ..templates import (
     MAX_PRIORITY,
     MAX_SERVICE_PORTS,
     MAX_TIMESTAMP,
-    NAME_RE,
 )
 from .execute import MODES
 

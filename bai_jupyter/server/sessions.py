@@ -94,7 +94,7 @@ class SessionsHandler(BaiHandler):
             raise InvalidRequest(f"type: no session type {kind!r} (types: {_TYPE_NAMES})")
         everyone = self.get_argument("all", "false").lower() in ("1", "true", "yes")
         owner = None if everyone and await self.is_admin() else self.owner
-        sessions = await self.manager.list(owner=owner, statuses=statuses)
+        sessions = await self.manager.list_sessions(owner=owner, statuses=statuses)
         views = [
             session_view(s, self.base_url)
             for s in sessions

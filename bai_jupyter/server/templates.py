@@ -8,8 +8,8 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
+from ..request import SpecError, Template
 from ..store import Transaction
-from ..templates import SpecError, Template
 from .base import TEMPLATES, BaiHandler
 
 __all__ = ["TemplateHandler", "TemplatesHandler", "template_view"]

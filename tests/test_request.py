@@ -1,4 +1,4 @@
-"""Request schema, templates and deep merge (bai_jupyter.templates)."""
+"""Request schema, templates and deep merge (bai_jupyter.request)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bai_jupyter.model import ClusterMode, SessionSpec, SessionType
-from bai_jupyter.resources import ResourceSlot
-from bai_jupyter.templates import (
+from bai_jupyter.request import (
     FIELDS,
     SpecError,
     Template,
@@ -24,6 +23,7 @@ from bai_jupyter.templates import (
     spec_to_json,
     validate_partial,
 )
+from bai_jupyter.resources import ResourceSlot
 
 FULL: dict[str, Any] = {
     "image": "python:3.12",

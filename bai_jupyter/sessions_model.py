@@ -19,8 +19,8 @@ from typing import Any, Protocol, TypeVar
 from .client import RemoteManager
 from .errors import NotFound
 from .model import ClusterMode, SessionType, Status
+from .request import SpecError, Template, merge, parse_spec, validate_partial
 from .resources import ResourceError, ResourceSlot
-from .templates import SpecError, Template, merge, parse_spec, validate_partial
 from .wire import session_to_json
 
 __all__ = [
@@ -255,7 +255,7 @@ class LiveSessions:
 
     async def _reload(self) -> None:
         """The full listing; live sessions re-read for their services' proxy URLs."""
-        listing = [session_to_json(s) for s in await self.remote.list()]
+        listing = [session_to_json(s) for s in await self.remote.list_sessions()]
         for i, session in enumerate(listing):
             if session["status"] not in _TERMINAL:
                 with contextlib.suppress(NotFound):

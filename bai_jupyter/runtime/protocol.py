@@ -1,0 +1,99 @@
+"""What the package and the in-kernel runtime agree on: one place for every shared word.
+
+Stdlib only, importable both as ``bai_jupyter.runtime.protocol`` (the manager,
+the agents, the request schema) and from inside a kernel, where the runtime
+directory runs on the image's own ``python3`` with nothing of ours installed.
+The runtime speaks to the agent through its log: every line it prints starts
+with :data:`PREFIX`; :data:`READY_LINE` says the kernel is set up, and
+:data:`TASK_TIMEOUT_LINE` that a batch task hit its timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as True
+if TYPE_CHECKING:
+    from typing import NamedTuple
+else:
+    from collections import namedtuple as _namedtuple
+
+#: Every runtime message is one line on stderr that starts with this.
+PREFIX = "bai-runtime: "
+#: Printed once SSH, config files and services are set up: the kernel is usable.
+READY = "ready"
+READY_LINE = PREFIX + READY
+#: Printed when a batch task ran past its ``batch_timeout`` (the runtime then exits 124).
+TASK_TIMEOUT = "task-timeout"
+TASK_TIMEOUT_LINE = PREFIX + TASK_TIMEOUT
+EXIT_TIMEOUT = 124
+
+
+def say(message: str) -> None:
+    """One flushed, prefixed line on stderr (container logs interleave many writers)."""
+    sys.stderr.write(PREFIX + " ".join(message.split()) + "\n")
+    sys.stderr.flush()
+
+
+#: The Jupyter kernel's channels, in the order of a connection file's ``*_port`` keys.
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+#: The connection-file keys of their ports.
+CHANNEL_PORT_KEYS = tuple(f"{channel}_port" for channel in CHANNELS)
+#: The fixed ports of main1's ipykernel inside a container, one per channel.
+KERNEL_PORTS = dict(zip(CHANNELS, range(2300, 2300 + len(CHANNELS))))
+#: sshd listens here in every kernel of a cluster (Backend.AI's convention).
+SSH_PORT = 2200
+
+#: Where the runtime directory is mounted (read-only) in every kernel.
+RUNTIME_MOUNT = "/opt/bai-runtime"
+#: Where the runtime writes ``environ.txt``, ``resource.txt``, ``ssh/`` and kernel files.
+CONFIG_DIR = "/home/config"
+#: The working directory of every kernel; data folders are mounted under it.
+WORK_DIR = "/home/work"
+#: Where the notebook's directory (the Jupyter server's root dir) is mounted in every kernel.
+NOTEBOOK_DIR = WORK_DIR + "/notebooks"
+
+#: The kernel image a request that names none runs (``bai-jupyter image build`` makes it).
+DEFAULT_IMAGE = "bai-jupyter/python:3.11"
+
+#: Protocols of a service port: proxied over HTTP (``http``, ``preopen``) or raw ``tcp``.
+SERVICE_PROTOCOLS = ("http", "tcp", "preopen")
+_SERVICE_RE = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_.-]*):(http|tcp|preopen):(\d{1,5})")
+
+if TYPE_CHECKING:
+
+    class _ServicePortBase(NamedTuple):
+        name: str
+        protocol: str
+        port: int
+
+else:
+    _ServicePortBase = _namedtuple("_ServicePortBase", "name protocol port")
+
+
+class ServicePort(_ServicePortBase):
+    """A service of main1, written ``name:proto:port`` (Backend.AI's image label form)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def parse(cls, text: str) -> ServicePort:
+        """``ValueError`` (saying what is wrong) unless ``text`` is ``name:proto:port``."""
+        match = _SERVICE_RE.fullmatch(text)
+        if match is None:
+            raise ValueError(
+                f"{text!r} is not 'name:proto:port' (proto: {', '.join(SERVICE_PROTOCOLS)})"
+            )
+        port = int(match.group(3))
+        if not 1 <= port <= 65535:
+            raise ValueError(f"{text!r}: port {port} is not in 1-65535")
+        return cls(match.group(1), match.group(2), port)
+
+    @property
+    def proxied(self) -> bool:
+        """Whether the server proxies it (HTTP and WebSocket); raw ``tcp`` is not."""
+        return self.protocol != "tcp"
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.protocol}:{self.port}"
