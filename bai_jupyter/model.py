@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from .resources import ResourceSlot
+from .runtime.protocol import ServicePort
 
 
 class Status(str, Enum):
@@ -145,7 +146,13 @@ class SessionSpec:
     batch_timeout: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     mounts: list[str] = field(default_factory=list)
+    #: ``name:proto:port`` each (the request's JSON form); :attr:`services` parses them.
     service_ports: list[str] = field(default_factory=list)
+
+    @property
+    def services(self) -> list[ServicePort]:
+        """The declared service ports of main1, parsed."""
+        return [ServicePort.parse(spec) for spec in self.service_ports]
 
     @property
     def total_resources(self) -> ResourceSlot:
@@ -291,3 +298,11 @@ class Agent:
     @property
     def free(self) -> ResourceSlot:
         return self.capacity - self.occupied
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a command run in a kernel gave: its exit code and its output (stdout + stderr)."""
+
+    exit_code: int
+    output: str

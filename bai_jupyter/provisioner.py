@@ -11,202 +11,36 @@ launch) keeps the session: the runtime restarts the ipykernel in the same
 ``main1`` on the same ports (SIGHUP), so the cluster, its sub kernels and their
 files stay. Only a shutdown without restart destroys the session.
 
-The manager is found in this order: the one a bai server extension registered in
-this process; the REST API at ``BAI_JUPYTER_URL``; else one embedded in this
-process on the shared default store, on its own event-loop thread, so that
-``jupyter console``, ``jupyter execute``, nbclient and papermill work without a
-Jupyter server.
+The manager is found by :func:`bai_jupyter.reach.find_sessions`: the one a bai
+server extension registered in this process, the REST API at ``BAI_JUPYTER_URL``,
+or one embedded in this process, so that ``jupyter console``, ``jupyter
+execute``, nbclient and papermill work without a Jupyter server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import threading
-from collections.abc import Coroutine, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado.web import HTTPError
 from traitlets import Bool, Dict, Float, Int, List, Unicode
-from traitlets.config import Config
 
+from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
 from .model import Session, SessionType, Status
-from .registry import current_manager, kernel_owner, local_owner
+from .reach import find_sessions
 
-if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
-    from .manager import BaiSessionManager
-
-__all__ = ["BaiProvisioner", "LaunchError", "Sessions", "find_sessions", "stop_embedded_manager"]
+__all__ = ["BaiProvisioner", "LaunchError"]
 
 T = TypeVar("T")
 
 _ACTIVE = {Status.RUNNING, Status.RESTARTING}
 #: Lines of main1's log a failed launch or a dead kernel reports.
 _LOG_LINES = 20
-#: How long the process's exit waits for the embedded manager to finish its work.
-_EMBEDDED_STOP_TIMEOUT = 30.0
-
-
-class Sessions(Protocol):
-    """What the provisioner needs of a manager: one owner's sessions.
-
-    :class:`bai_jupyter.client.RemoteManager` is one as it is (the server decides
-    the owner); a :class:`~bai_jupyter.manager.BaiSessionManager` is one through
-    :class:`OwnedSessions`.
-    """
-
-    async def create(
-        self,
-        request: Mapping[str, Any],
-        template: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Session: ...
-
-    async def get(self, key: str, connection: bool = False) -> Session: ...
-
-    async def wait_for(
-        self, key: str, statuses: Iterable[Status], timeout: float | None = None
-    ) -> Session: ...
-
-    async def destroy(self, key: str, reason: str = "user-requested") -> Session: ...
-
-    async def signal(self, key: str, signum: int, kernel: str = "main1") -> None: ...
-
-    async def logs(self, key: str, kernel: str = "main1") -> str: ...
-
-
-class OwnedSessions:
-    """A :class:`BaiSessionManager` as one owner's :class:`Sessions`, run on the manager's loop.
-
-    ``loop`` is the loop of a manager that lives on another thread (the embedded
-    one); ``None`` calls it on the caller's loop (the server extension's).
-    """
-
-    def __init__(
-        self, manager: BaiSessionManager, owner: str, loop: asyncio.AbstractEventLoop | None = None
-    ) -> None:
-        self.manager = manager
-        self.owner = owner
-        self.loop = loop
-
-    async def _run(self, call: Coroutine[Any, Any, T]) -> T:
-        if self.loop is None:
-            return await call
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self.loop))
-
-    async def create(
-        self,
-        request: Mapping[str, Any],
-        template: str | None = None,
-        meta: Mapping[str, Any] | None = None,
-    ) -> Session:
-        return await self._run(self.manager.create(request, self.owner, template, meta))
-
-    async def get(self, key: str, connection: bool = False) -> Session:
-        return await self._run(self.manager.get(key, self.owner))  # keys always in-process
-
-    async def wait_for(
-        self, key: str, statuses: Iterable[Status], timeout: float | None = None
-    ) -> Session:
-        return await self._run(self.manager.wait_for(key, statuses, timeout, self.owner))
-
-    async def destroy(self, key: str, reason: str = "user-requested") -> Session:
-        return await self._run(self.manager.destroy(key, self.owner, reason))
-
-    async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:
-        await self._run(self.manager.signal(key, signum, kernel, self.owner))
-
-    async def logs(self, key: str, kernel: str = "main1") -> str:
-        return await self._run(self.manager.logs(key, kernel, self.owner))
-
-
-class _Embedded:
-    """This process's own manager, on an event loop in a daemon thread.
-
-    Its scheduling loop and engine watcher keep running whatever the caller's
-    loop does (``run_sync`` front ends run theirs only while they wait), and a
-    call from any loop or thread reaches it.
-    """
-
-    def __init__(self, config: Config) -> None:
-        from .manager import BaiSessionManager
-
-        self.loop = asyncio.new_event_loop()
-        self.loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="bai-embedded"))
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="bai-jupyter-embedded-manager", daemon=True
-        )
-        self.thread.start()
-        self.manager = BaiSessionManager(config=config)
-        self.started = asyncio.run_coroutine_threadsafe(self.manager.start(), self.loop)
-
-    def stop(self) -> None:
-        """Stop the manager (sessions keep running), then the loop."""
-        if self.started.done() and self.started.exception() is None:
-            future = asyncio.run_coroutine_threadsafe(self.manager.stop(), self.loop)
-            future.result(_EMBEDDED_STOP_TIMEOUT)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(_EMBEDDED_STOP_TIMEOUT)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
-_embedded: _Embedded | None = None
-_embedded_lock = threading.Lock()
-
-
-async def _embedded_sessions(config: Config, owner: str) -> OwnedSessions:
-    global _embedded
-    with _embedded_lock:
-        if _embedded is None:
-            _embedded = _Embedded(config)
-            # Before the interpreter stops worker threads (plain atexit is too late: the
-            # manager's last engine and store calls need them). Registered after
-            # concurrent.futures' own hook (imported above), so it runs before that one.
-            threading._register_atexit(stop_embedded_manager)  # type: ignore[attr-defined]
-        embedded = _embedded
-    try:
-        await asyncio.wrap_future(embedded.started)
-    except Exception as exc:
-        # Dropped, so that the next launch tries again (e.g. once the store is fixed).
-        await asyncio.to_thread(stop_embedded_manager, embedded)
-        if isinstance(exc, BaiError):
-            raise
-        raise Unavailable(f"the embedded bai-jupyter session manager did not start: {exc}") from exc
-    return OwnedSessions(embedded.manager, owner, embedded.loop)
-
-
-def stop_embedded_manager(only: _Embedded | None = None) -> None:
-    """Stop this process's embedded manager, if one runs (at exit, or when it failed to start).
-
-    With ``only``, just that one: a newer manager another launch made meanwhile stays.
-    """
-    global _embedded
-    with _embedded_lock:
-        if only is not None and _embedded is not only:
-            return  # already dropped, and stopped, by the launch that replaced it
-        embedded, _embedded = _embedded, None
-    if embedded is not None:
-        embedded.stop()
-
-
-async def find_sessions(config: Config) -> tuple[Sessions, str]:
-    """The manager to use and a word for the log: in-process, remote, or embedded."""
-    manager = current_manager()
-    if manager is not None:
-        return OwnedSessions(manager, kernel_owner()), "the server's own manager"
-    url = os.environ.get("BAI_JUPYTER_URL")
-    if url:
-        from .client import RemoteManager
-
-        return RemoteManager.from_env(), f"the bai-jupyter server at {url}"
-    return await _embedded_sessions(config, local_owner()), "a manager embedded in this process"
 
 
 class LaunchError(HTTPError):
@@ -318,13 +152,13 @@ class BaiProvisioner(KernelProvisionerBase):
         self._released = False
         #: main1 was already told to restart its ipykernel in this restart.
         self._hupped = False
-        self._sessions: Sessions | None = None
+        self._sessions: SessionsAPI | None = None
         #: The ended session whose reason is already in the log (poll runs every few seconds).
         self._reported: str | None = None
 
     # --- the manager ------------------------------------------------------------------------
 
-    async def _manager(self) -> Sessions:
+    async def _manager(self) -> SessionsAPI:
         if self._sessions is None:
             self._sessions, where = await find_sessions(self.config)
             self.log.info("bai kernel %s: sessions come from %s", self.kernel_id, where)
@@ -421,7 +255,7 @@ class BaiProvisioner(KernelProvisionerBase):
             session = await sessions.get(session.id, connection=True)
         return self._connection(session)
 
-    async def _why_ended(self, sessions: Sessions, session: Session) -> str:
+    async def _why_ended(self, sessions: SessionsAPI, session: Session) -> str:
         """Status, reason, error and the last lines of main1's log, for people to act on."""
         why = f"{session.status.value} ({session.status_info})"
         detail = str(session.status_data.get("error") or "")
@@ -436,7 +270,7 @@ class BaiProvisioner(KernelProvisionerBase):
             detail = f"{detail}\nmain1's last log lines:\n{tail}".strip()
         return f"{why}: {detail}" if detail else why
 
-    async def _give_up(self, sessions: Sessions, reason: str) -> Session:
+    async def _give_up(self, sessions: SessionsAPI, reason: str) -> Session:
         """Cancel the session of a launch that will not finish (attached ones are not ours)."""
         key, self.session_id = self.session_id, None
         assert key is not None

@@ -63,10 +63,12 @@ def why_pending(session: Mapping[str, Any]) -> str | None:
     return "; ".join(dict.fromkeys(reasons)) or None
 
 
-def queue_positions(scheduler: Mapping[str, Any]) -> dict[str, int]:
-    """Session id → position in its resource group's pending queue (1 = next)."""
+def queue_positions(groups: Mapping[str, Any]) -> dict[str, int]:
+    """Session id → position in its resource group's pending queue (1 = next).
+
+    ``groups``: the API's queue view, resource group → ``{"queue": [...]}``."""
     positions: dict[str, int] = {}
-    for group in (scheduler.get("resource_groups") or {}).values():
+    for group in groups.values():
         for entry in group.get("queue") or []:
             if entry.get("session_id"):
                 positions[entry["session_id"]] = int(entry["position"])
@@ -171,10 +173,10 @@ class SessionsModel:
         for listener in list(self._listeners):
             listener()
 
-    def load(self, sessions: list[dict[str, Any]], scheduler: Mapping[str, Any]) -> None:
-        """Replace everything with a full listing and the scheduler's queue."""
+    def load(self, sessions: list[dict[str, Any]], groups: Mapping[str, Any]) -> None:
+        """Replace everything with a full listing and the queue view (resource groups)."""
         self.rows = {s["id"]: SessionRow.from_json(s) for s in sessions}
-        self._set_positions(scheduler)
+        self._set_positions(groups)
         self._changed()
 
     def update(self, session: Mapping[str, Any]) -> None:
@@ -197,13 +199,13 @@ class SessionsModel:
         self._changed()
         return True
 
-    def set_queue(self, scheduler: Mapping[str, Any]) -> None:
-        """Queue positions from the scheduler's reply (``GET scheduler``)."""
-        self._set_positions(scheduler)
+    def set_queue(self, groups: Mapping[str, Any]) -> None:
+        """Queue positions from the queue view (the API's ``resource_groups``)."""
+        self._set_positions(groups)
         self._changed()
 
-    def _set_positions(self, scheduler: Mapping[str, Any]) -> None:
-        self._positions = queue_positions(scheduler)
+    def _set_positions(self, groups: Mapping[str, Any]) -> None:
+        self._positions = queue_positions(groups)
         for row in self.rows.values():
             row.queue_position = self._positions.get(row.id) if row.phase == "queued" else None
 
@@ -260,14 +262,14 @@ class LiveSessions:
             if session["status"] not in _TERMINAL:
                 with contextlib.suppress(NotFound):
                     listing[i] = await self.remote.get_json(session["id"])
-        self.model.load(listing, await self.remote.scheduler())
+        self.model.load(listing, await self.remote.queue())
 
     async def _on_event(self, event: dict[str, Any]) -> None:
         self.model.apply_event(event)
         with contextlib.suppress(NotFound):  # gone meanwhile (another owner's, or removed)
             self.model.update(await self.remote.get_json(str(event["session_id"])))
         if self.model.pending:
-            self.model.set_queue(await self.remote.scheduler())
+            self.model.set_queue(await self.remote.queue())
 
 
 # --- the launcher's logic -----------------------------------------------------------------------

@@ -285,7 +285,7 @@ async def test_containers_enforce_exactly_what_was_booked(
             host = docker_client().containers.get(kernel.container_id).attrs["HostConfig"]
             assert host["NanoCpus"] == slots["cpu"] * 10**9
             assert host["Memory"] == host["MemorySwap"] == slots["mem"]
-        (agent,) = await mgr._db(lambda tx: tx.list_agents(), write=False)
+        (agent,) = await mgr.core.query(lambda tx: tx.list_agents())
         assert agent.occupied == booked
 
 

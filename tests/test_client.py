@@ -74,7 +74,7 @@ async def test_templates_agents_and_scheduler(server: Server) -> None:
     session = await client.create({"starts_at": 4e9}, template="tiny")
     # The template's cpu; the resource group's default memory fills in the rest.
     assert session.spec.resources.to_json() == {"cpu": "0.25", "mem": str(1 << 30)}
-    queue = (await client.scheduler())["resource_groups"]["default"]["queue"]
+    queue = (await client.queue())["default"]["queue"]
     assert [entry["session_id"] for entry in queue] == [session.id]
     await client.destroy(session.id)
     await client.delete_template("tiny")
@@ -87,8 +87,8 @@ async def test_templates_agents_and_scheduler(server: Server) -> None:
 class _NoEvents(RemoteManager):
     """A client whose event stream is refused (404), as by a proxy or a stopping server."""
 
-    def _endpoint(self, path: str, query: Mapping[str, Any] | None = None) -> str:
-        return super()._endpoint("no-events" if path == "events" else path, query)
+    def endpoint(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+        return super().endpoint("no-events" if path == "events" else path, query)
 
 
 async def test_wait_for_polls_when_the_event_stream_is_refused(server: Server) -> None:

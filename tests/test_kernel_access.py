@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_server_harness import MULTI_USER, Server, start_server
 
-from bai_jupyter.server.kernel_access import SessionTokens
+from bai_jupyter.manager.tokens import TokenSigner
 from bai_jupyter.store import Store
 
 FUTURE = time.time() + 86400 * 365
@@ -29,12 +29,12 @@ _LOCAL = 'c.BaiSessionManager.backend = "local"\n'
 
 @given(st.text(alphabet="0123456789abcdef-", min_size=1, max_size=40), st.integers(0, 2**45))
 def test_a_token_names_its_session(session_id: str, issued: int) -> None:
-    tokens = SessionTokens("secret")
+    tokens = TokenSigner("secret")
     assert tokens.parse(tokens.mint(session_id, issued)) == (session_id, issued)
 
 
 def test_forged_or_foreign_tokens_name_nothing() -> None:
-    tokens = SessionTokens("secret")
+    tokens = TokenSigner("secret")
     a = tokens.mint("aaaa", 1000)
     mac = a.rsplit(".", 1)[1]
     for token in (
@@ -44,7 +44,7 @@ def test_forged_or_foreign_tokens_name_nothing() -> None:
         a + "0",
         f"bai2.bbbb.1000.{mac}",  # another session with a's signature
         f"bai2.aaaa.2000.{mac}",  # a later issue time with a's signature
-        SessionTokens("other").mint("aaaa", 1000),  # another store's
+        TokenSigner("other").mint("aaaa", 1000),  # another store's
         "bai2.!!!.00",
         "bai1.YWxpY2U.00",
     ):
@@ -54,7 +54,7 @@ def test_forged_or_foreign_tokens_name_nothing() -> None:
 # --- against a real server ---------------------------------------------------------------------
 
 
-def _kernel_side(server: Server) -> tuple[Server, SessionTokens]:
+def _kernel_side(server: Server) -> tuple[Server, TokenSigner]:
     """The server as kernels reach it (the listener its log names) and the store's tokens."""
     for _ in range(300):  # it opens once the manager knows its agents' host addresses
         found = re.search(r"kernels reach the API at (\S+)", server.log.read_text())
@@ -67,7 +67,7 @@ def _kernel_side(server: Server) -> tuple[Server, SessionTokens]:
         secret = store.token_secret
     finally:
         store.close()
-    return dataclasses.replace(server, url=found.group(1)), SessionTokens(secret)
+    return dataclasses.replace(server, url=found.group(1)), TokenSigner(secret)
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import CapturedIO, capture_output
 from test_server_harness import Server, serving
 
+from bai_jupyter.loop_thread import LoopThread
 from bai_jupyter.magics import (
-    LoopThread,
     RunResult,
     find_manager,
     format_table,

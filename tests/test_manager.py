@@ -246,7 +246,7 @@ async def test_ssh_isolation_limits_and_cleanup(
     client = docker_engine
     labelled = {"label": f"ai.backend.bai-jupyter.session-id={sid}"}
     assert len(client.containers.list(filters=labelled)) == 3
-    (agent,) = manager._agents.values()
+    (agent,) = manager.core.agents.values()
     assert isinstance(agent, DockerAgent)
     keys = agent.bootstrap_root / sid  # the session's keys, on the host
     assert keys.is_dir()

@@ -235,7 +235,7 @@ async def test_a_forbidden_root_is_not_mounted_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     session = _session(str(tmp_path))
-    agent = next(iter(manager._agents.values()))
+    agent = next(iter(manager.core.agents.values()))
     manager.log = logging.getLogger("test-notebook-dir")
     (tmp_path / "srv" / "kernels").mkdir(parents=True, exist_ok=True)
     (tmp_path / "home" / ".jupyter").mkdir(parents=True)
@@ -251,19 +251,19 @@ async def test_a_forbidden_root_is_not_mounted_and_says_why(
         manager.notebook_root = root
         caplog.clear()
         with caplog.at_level(logging.WARNING, "test-notebook-dir"):
-            assert manager._notebook_mount(session, agent, []) == (None, None)
+            assert manager.mounts.notebook_mount(session, agent, []) == (None, None)
         assert f"notebook dir {root} not mounted (kernels start in {WORK_DIR})" in caplog.text
         assert why in caplog.text
     (tmp_path / "nb" / "sub").mkdir(parents=True)
     manager.notebook_root = str(tmp_path / "nb")
     inside = _session(str(tmp_path / "nb" / "sub"))
-    mount, work_dir = manager._notebook_mount(inside, agent, [])
+    mount, work_dir = manager.mounts.notebook_mount(inside, agent, [])
     assert mount is not None and (mount.target, mount.read_only) == (NOTEBOOK_DIR, False)
     assert work_dir == f"{NOTEBOOK_DIR}/sub"
     for target in (NOTEBOOK_DIR, f"{NOTEBOOK_DIR}/x", "/home/work"):  # a data folder there
         caplog.clear()
         with caplog.at_level(logging.WARNING, "test-notebook-dir"):
-            assert manager._notebook_mount(inside, agent, [target]) == (None, None)
+            assert manager.mounts.notebook_mount(inside, agent, [target]) == (None, None)
         assert f"a mount uses {target}" in caplog.text
 
     # Refused, the kernel still starts (in its own empty work dir).
@@ -288,5 +288,5 @@ async def test_an_engine_elsewhere_gets_no_mount_and_says_so(
     assert not remote.shares_host_files
     manager.log = logging.getLogger("test-notebook-dir")
     with caplog.at_level(logging.INFO, "test-notebook-dir"):
-        assert manager._notebook_mount(session, remote, []) == (None, None)
+        assert manager.mounts.notebook_mount(session, remote, []) == (None, None)
     assert "agent remote does not share this host's file system" in caplog.text

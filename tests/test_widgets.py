@@ -12,7 +12,7 @@ from test_magics import SMALL_SLOTS
 from test_server_harness import Server, serving
 
 from bai_jupyter.client import RemoteManager
-from bai_jupyter.magics import LoopThread
+from bai_jupyter.loop_thread import LoopThread
 from bai_jupyter.model import Status
 from bai_jupyter.request import Template
 from bai_jupyter.sessions_model import (
@@ -48,11 +48,9 @@ def session_json(sid: str, status: str = "PENDING", **extra: Any) -> dict[str, A
     }
 
 
-SCHEDULER = {
-    "resource_groups": {
-        "default": {"queue": [{"position": 1, "session_id": "bb"}, {"position": 2, "mine": False}]},
-        "gpu": {"queue": [{"position": 1, "session_id": "ccc"}]},
-    }
+QUEUE = {
+    "default": {"queue": [{"position": 1, "session_id": "bb"}, {"position": 2, "mine": False}]},
+    "gpu": {"queue": [{"position": 1, "session_id": "ccc"}]},
 }
 WHY = {"scheduler": {"msg": "needs cpu=8 but the largest agent has 4 free", "retries": 3}}
 
@@ -70,7 +68,7 @@ def test_model_follows_recorded_events() -> None:
             session_json("bb", status_data=WHY),
             session_json("ccc"),
         ],
-        SCHEDULER,
+        QUEUE,
     )
     rows = model.rows
     assert (rows["bb"].queue_position, rows["ccc"].queue_position) == (1, 1)
@@ -95,7 +93,7 @@ def test_model_follows_recorded_events() -> None:
     assert [r.id for r in model.visible(all_states=True)] == ["a", "bb", "ccc"]
     model.update(session_json("dddd", "TERMINATED", result="SUCCESS", exit_code=0))
     assert model.rows["dddd"].outcome == "SUCCESS (exit code 0)"
-    model.set_queue({"resource_groups": {}})
+    model.set_queue({})
     assert model.rows["ccc"].queue_position is None
     assert len(changes) == 5  # load, event, two updates, queue
 
@@ -110,7 +108,7 @@ def test_why_pending_and_queue_positions() -> None:
     assert why_pending(session_json("a", status_data=record)) == "waiting for x to succeed"
     assert why_pending(session_json("a")) is None
     assert why_pending(session_json("a", "RUNNING", status_data=record)) is None
-    assert queue_positions(SCHEDULER) == {"bb": 1, "ccc": 1}
+    assert queue_positions(QUEUE) == {"bb": 1, "ccc": 1}
     assert kernels_summary({"main1": "RUNNING", "sub1": "RUNNING"}) == "main1,sub1 RUNNING"
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..model import ExecResult
 from .base import (
     AgentBackend,
     AgentError,
-    ExecResult,
     KernelEvent,
     KernelEventKind,
     KernelStarted,

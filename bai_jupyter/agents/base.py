@@ -9,13 +9,37 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from ..kernel_plan import KernelPlan
+from ..model import ExecResult
 from ..resources import ResourceSlot
+
+#: This package, mounted read-only into kernels that can see this host's files.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+#: The pure-Python packages ``%bai``'s widgets need in the kernel (mounted beside the package,
+#: after the image's own on PYTHONPATH, so any image renders them; ipywidgets 8 carries its
+#: own shim for the ipykernel < 6.18 of Debian's images).
+WIDGET_PACKAGES = ("ipywidgets", "comm")
+
+
+def kernel_packages() -> list[Path]:
+    """The package directories mounted read-only into every local-engine kernel."""
+    found = [PACKAGE_DIR]
+    for name in WIDGET_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:  # both are dependencies; absent only if broken
+            found.append(Path(spec.origin).resolve().parent)
+    return found
+
+
+#: The in-kernel runtime directory (stdlib only), run as ``python3 <dir>`` in every kernel.
+RUNTIME_DIR = PACKAGE_DIR / "runtime"
 
 
 class AgentError(RuntimeError):
@@ -71,17 +95,13 @@ class LiveKernel:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int
-    output: str
-
-
 class AgentBackend(abc.ABC):
     """One node that runs kernels."""
 
     #: ``docker`` or ``local``.
     backend: str = ""
+    #: Whether this agent's kernels run sshd and reach each other (clusters get SSH keys).
+    ssh: bool = False
 
     def __init__(self, agent_id: str, resource_group: str = "default") -> None:
         self.id = agent_id

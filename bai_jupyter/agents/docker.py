@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import importlib.util
 import io
 import json
 import logging
@@ -53,7 +52,7 @@ from docker.types.services import Mount as _SDKMount
 from jupyter_core.paths import jupyter_runtime_dir
 
 from ..kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
-from ..model import KernelRole
+from ..model import ExecResult, KernelRole
 from ..resources import ResourceSlot, parse_amount
 from ..runtime.protocol import (
     CONFIG_DIR,
@@ -64,13 +63,14 @@ from ..runtime.protocol import (
     WORK_DIR,
 )
 from .base import (
+    RUNTIME_DIR,
     AgentBackend,
     AgentError,
-    ExecResult,
     KernelEvent,
     KernelEventKind,
     KernelStarted,
     LiveKernel,
+    kernel_packages,
 )
 
 log = logging.getLogger(__name__)
@@ -85,27 +85,11 @@ T = TypeVar("T")
 
 #: The bai_jupyter package, read-only, on every kernel's PYTHONPATH (``%bai`` in main1).
 PACKAGE_ROOT = "/opt/bai-jupyter"
-PACKAGE_DIR = Path(__file__).resolve().parent.parent
-#: The pure-Python packages ``%bai``'s widgets need in the kernel (mounted beside the package,
-#: after the image's own on PYTHONPATH, so any image renders them; ipywidgets 8 carries its
-#: own shim for the ipykernel < 6.18 of Debian's images).
-WIDGET_PACKAGES = ("ipywidgets", "comm")
-
-
-def kernel_packages() -> list[Path]:
-    """The package directories mounted read-only into every local-engine kernel."""
-    found = [PACKAGE_DIR]
-    for name in WIDGET_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:  # both are dependencies; absent only if broken
-            found.append(Path(spec.origin).resolve().parent)
-    return found
 
 
 #: The shared, non-internal bridge on which main kernels publish their ports.
 EGRESS_NETWORK = "bai-jupyter-egress"
 
-_DEFAULT_RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 #: The only Linux capabilities a kernel keeps (all others are dropped): what sshd
 #: needs (privilege separation: SETUID, SETGID, SYS_CHROOT, AUDIT_WRITE; KILL,
 #: NET_BIND_SERVICE) and what ordinary code run as the container's root needs to manage
@@ -318,6 +302,7 @@ class DockerAgent(AgentBackend):
     """One Docker engine (local socket or remote endpoint) as an agent."""
 
     backend = "docker"
+    ssh = True
 
     def __init__(
         self,
@@ -342,7 +327,7 @@ class DockerAgent(AgentBackend):
         self.endpoint = endpoint
         self.pids_limit = pids_limit
         self.reserve = reserve if reserve is not None else ResourceSlot({"mem": "512m"})
-        self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else _DEFAULT_RUNTIME_DIR
+        self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else RUNTIME_DIR
         url = endpoint or os.environ.get("DOCKER_HOST") or "unix://"
         #: Whether the engine sees this machine's files (binds of our paths work).
         self.local = url.startswith(("unix://", "http+unix://", "npipe://"))

@@ -50,21 +50,20 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..kernel_plan import KernelPlan
+from ..model import ExecResult
 from ..mounts import Mount
 from ..resources import Amount, ResourceSlot
 from ..runtime.protocol import CHANNELS, EXIT_TIMEOUT, TASK_TIMEOUT_LINE
 from .base import (
+    RUNTIME_DIR,
     AgentBackend,
     AgentError,
-    ExecResult,
     KernelEvent,
     KernelEventKind,
     KernelStarted,
     LiveKernel,
 )
 
-#: The runtime directory, run as ``python <dir>``.
-RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 #: Per-kernel metadata file, read back by a later agent.
 META_FILE = "local-kernel.json"
 #: :meth:`LocalAgent.logs` returns at most this many trailing bytes.

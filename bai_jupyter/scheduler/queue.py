@@ -27,16 +27,19 @@ class UnknownDependency(ValueError):
     """``depends_on`` names a session that does not exist."""
 
 
-def enqueue(store: Store, session: Session) -> None:
-    """Store a new PENDING session, refusing what could never be scheduled."""
-    with store.write() as tx:
+def enqueue(store: Store, session: Session, dry_run: bool = False) -> None:
+    """Store a new PENDING session, refusing what could never be scheduled.
+
+    ``dry_run``: only the checks; nothing is stored."""
+    with store.read() if dry_run else store.write() as tx:
         why = never_fits(session.spec, tx.list_agents(session.spec.resource_group))
         if why is not None:
             raise NeverFits(f"resource group {session.spec.resource_group!r}: {why}")
         missing = set(session.spec.depends_on) - set(tx.dependency_states(session.spec.depends_on))
         if missing:
             raise UnknownDependency(f"depends_on: no session {', '.join(sorted(missing))}")
-        tx.add_session(session)
+        if not dry_run:
+            tx.add_session(session)
 
 
 def load_snapshot(tx: Transaction, resource_group: str) -> Snapshot:

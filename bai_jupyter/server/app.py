@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +22,17 @@ from tornado import web
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int, Unicode
 
-from ..manager import BaiSessionManager
-from ..model import Session, Status
+from ..api import SessionsAPI
+from ..errors import Unavailable
+from ..manager import BaiSessionManager, ScopedManager
+from ..model import Status
 from ..registry import register_manager, request_user, unregister_manager
-from ..store import Transaction
 from .events import end_stream
-from .execute import KernelRuns
-from .kernel_access import KernelAccess, child_key, revoked_key
+from .kernel_access import KernelAccess
+from .kernel_runs import KernelRuns
 from .launches import LaunchErrorFilter
-from .lookup import RunningSessions
 from .routes import api_routes, routes
+from .running import RunningSessions
 from .upstream import upstream_client
 
 __all__ = ["BaiJupyterApp"]
@@ -181,30 +182,15 @@ class BaiJupyterApp(ExtensionApp):
         register_manager(self.manager)
         if self.multi_user and self.serverapp is not None:
             _remember_request_user(self.serverapp.identity_provider)
-        if self.kernel_access and self.manager.store is not None:
-            await self._open_kernel_access(self.manager, self.manager.store.token_secret)
+        if self.kernel_access:
+            await self._open_kernel_access(self.manager)
         self._watcher = asyncio.ensure_future(self._follow_sessions())
 
-    async def _open_kernel_access(self, manager: BaiSessionManager, secret: str) -> None:
+    async def _open_kernel_access(self, manager: BaiSessionManager) -> None:
         addresses = await manager.host_addresses()
         if not addresses or self.serverapp is None:
             return
-
-        def lookup_tx(tx: Transaction, session_id: str) -> tuple[Session | None, int | None]:
-            revoked = tx.get_meta(revoked_key(session_id))
-            return tx.get_session(session_id), None if revoked is None else int(revoked)
-
-        async def lookup(session_id: str) -> tuple[Session | None, int | None]:
-            return await manager._query(lambda tx: lookup_tx(tx, session_id))
-
-        def is_child_tx(tx: Transaction, key: str, owner: str, parent: str) -> bool:
-            session = tx.get_session(key, owner)
-            return session is not None and tx.get_meta(child_key(session.id)) == parent
-
-        async def is_child(key: str, owner: str, parent: str) -> bool:
-            return await manager._query(lambda tx: is_child_tx(tx, key, owner, parent))
-
-        access = KernelAccess(secret, lookup, is_child, lambda: self.kernel_tokens_create_sessions)
+        access = KernelAccess(manager.kernel_tokens, lambda: self.kernel_tokens_create_sessions)
         access.start(
             addresses.values(),
             self.serverapp.web_app.settings,
@@ -223,6 +209,15 @@ class BaiJupyterApp(ExtensionApp):
         await manager.allow_host_ports(access.ports())
         for address, url in access.urls.items():
             self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
+
+    def sessions_api(
+        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
+    ) -> SessionsAPI:
+        """The door a handler's caller gets to the manager: their own sessions and templates
+        (everyone's sessions for an admin); ``parent``: the caller's kernel-token session."""
+        if self.manager is None:
+            raise Unavailable("the session manager is not started")
+        return ScopedManager(self.manager, owner, is_admin, parent)
 
     def public_base_url(self) -> str:
         """Where people reach this server: ``public_url``, the environment, or its own URL."""

@@ -4,34 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http.client import responses
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, Protocol, cast
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.utils import ensure_async
 from tornado.web import HTTPError
 
-from ..errors import BaiError, Conflict, InvalidRequest, NotFound, TooLarge, Unavailable
-from ..manager import BaiSessionManager
-from ..model import Session, Status
+from ..api import SessionsAPI
+from ..errors import BaiError, InvalidRequest, TooLarge
+from ..model import Session
 from ..registry import local_owner
-from ..store import Transaction
-
-if TYPE_CHECKING:
-    from .app import BaiJupyterApp
-
-T = TypeVar("T")
+from .kernel_runs import KernelRuns
+from .running import RunningSessions
 
 __all__ = [
     "ADMIN",
     "SESSIONS",
     "TEMPLATES",
     "BaiHandler",
+    "Extension",
     "error_body",
     "json_depth",
-    "require_running",
 ]
 
 #: Authorization resources (``bai_jupyter:…``) a Jupyter authorizer decides on.
@@ -50,15 +46,6 @@ _HTTP_CODES = {
     413: "too-large",
     503: "unavailable",
 }
-
-
-def require_running(session: Session, also: frozenset[Status] = frozenset()) -> None:
-    """409 for a session that has ended (it never runs again), 503 while it is not RUNNING yet."""
-    if session.status is Status.RUNNING or session.status in also:
-        return
-    if session.status.is_terminal or session.status is Status.TERMINATING:
-        raise Conflict(f"session {session.id} has ended ({session.status.value})")
-    raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
 
 
 def json_depth(value: Any) -> int:
@@ -80,32 +67,45 @@ def error_body(code: str, message: str) -> str:
     return json.dumps({"error": code, "message": message})
 
 
+class Extension(Protocol):
+    """What handlers use of the server extension (``server.app.BaiJupyterApp``)."""
+
+    multi_user: bool
+    max_body_size: int
+    max_json_depth: int
+    max_meta_size: int
+    keepalive_interval: float
+    #: The execute API's kernel clients and runs.
+    runs: KernelRuns
+    #: RUNNING sessions cached for the proxy.
+    running: RunningSessions
+    #: Open event streams (ended when the server stops).
+    streams: set[asyncio.Queue[Any]]
+
+    def sessions_api(
+        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
+    ) -> SessionsAPI:
+        """The caller's door to the manager."""
+        ...
+
+
 class BaiHandler(ExtensionHandlerMixin, APIHandler):
     """Base of the REST handlers: errors as ``{"error", "message"}``, never a traceback."""
 
     auth_resource = SESSIONS
 
     @property
-    def app(self) -> BaiJupyterApp:
-        return cast("BaiJupyterApp", self.extensionapp)
+    def app(self) -> Extension:
+        """The extension (``BaiJupyterApp``)."""
+        return cast(Extension, self.extensionapp)
 
     @property
-    def manager(self) -> BaiSessionManager:
-        if self.app.manager is None:
-            raise Unavailable("the session manager is not started")
-        return self.app.manager
+    def api(self) -> SessionsAPI:
+        """The caller's sessions API: their own sessions; everyone's for an admin.
 
-    async def db(self, fn: Callable[[Transaction], T], write: bool = False) -> T:
-        """Run ``fn(tx)`` in a store transaction, in a thread (never on the event loop)."""
-        store = self.manager.store
-        if store is None:
-            raise Unavailable("the session manager is not started")
-
-        def run() -> T:
-            with store.write() if write else store.read() as tx:
-                return fn(tx)
-
-        return await asyncio.to_thread(run)
+        A kernel token's session is the parent of what the caller creates."""
+        parent: Session | None = getattr(self.current_user, "bai_session", None)
+        return self.app.sessions_api(self.owner, self.is_admin, parent.id if parent else None)
 
     # --- errors -------------------------------------------------------------------------------
 
@@ -189,12 +189,3 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
             self.authorizer.is_authorized(self, self.current_user, action, ADMIN)
         )
         return bool(allowed)
-
-    async def session(self, key: str, action: str = "read") -> Session:
-        """The caller's session by id or name (anyone's, by id, for an admin); 404 otherwise."""
-        try:
-            return await self.manager.get(key, self.owner)
-        except NotFound:
-            if not await self.is_admin(action):
-                raise
-        return await self.manager.get(key)

@@ -21,7 +21,7 @@ from ..request.bounds import (
     MAX_SERVICE_PORTS,
     MAX_TIMESTAMP,
 )
-from .execute import MODES
+from .kernel_runs import MODES
 
 __all__ = ["openapi"]
 
@@ -252,8 +252,15 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 ],
             ),
             "post": _op(
-                "enqueue a session (a request, or a template plus overrides)",
-                {"201": _reply("the PENDING session", _ref("Session"))},
+                "enqueue a session (a request, or a template plus overrides); dry_run=true "
+                "only validates it and returns what would be created (200, nothing stored)",
+                {
+                    "201": _reply("the PENDING session", _ref("Session")),
+                    "200": _reply("dry_run: the session as it would be created", _ref("Session")),
+                },
+                parameters=[
+                    _query("dry_run", "validate only, store nothing", enum=["true", "false"])
+                ],
                 requestBody={"required": True, **_json(_ref("SessionRequest"))},
             ),
         },
@@ -310,6 +317,38 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 "run code on main1's Jupyter kernel (query, batch), or continue a run",
                 {"200": _reply("output so far", _ref("ExecuteReply"))},
                 requestBody={"required": True, **_json(_ref("ExecuteRequest"))},
+            ),
+        },
+        "/sessions/{key}/exec": {
+            "parameters": [_SESSION_KEY],
+            "post": _op(
+                "run a command (an argv, no shell) in one kernel of a running session",
+                {"200": _reply("{exit_code, output}", {"type": "object"})},
+                requestBody={
+                    "required": True,
+                    **_json(
+                        {
+                            "type": "object",
+                            "required": ["command"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "command": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {"type": "string"},
+                                },
+                                "kernel": {"type": "string", "default": "main1"},
+                                "timeout": {
+                                    "type": "number",
+                                    "minimum": 0,
+                                    "exclusiveMinimum": True,
+                                    "maximum": 3600,
+                                    "default": 60,
+                                },
+                            },
+                        }
+                    ),
+                },
             ),
         },
         "/sessions/{key}/kernel-token": {

@@ -9,7 +9,6 @@ buffered whole.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from http.client import responses
 from http.cookies import CookieError, SimpleCookie
@@ -24,9 +23,10 @@ from tornado import httpclient, httputil, web
 from tornado.web import HTTPError
 
 from ..errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
-from ..model import KernelRole, Session
+from ..model import KernelRole
 from ..registry import local_owner
-from .base import ADMIN, SESSIONS, error_body, require_running
+from .base import ADMIN, SESSIONS, error_body
+from .checks import require_running
 
 __all__ = ["SessionProxyHandler"]
 
@@ -85,6 +85,9 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             self.set_header("Content-Type", "application/json")
             self.finish(error_body(exc.code, exc.message))
 
+    async def _admin(self, action: str) -> bool:
+        return await self._allowed(ADMIN)
+
     async def _allowed(self, resource: str) -> bool:
         upgrade = self.request.headers.get("Upgrade", "").lower() == "websocket"
         action = HTTP_METHOD_TO_AUTH_ACTION["WEBSOCKET" if upgrade else self.request.method]
@@ -97,25 +100,20 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     async def _resolve(self, session_id: str, service: str) -> None:
         if not await self._allowed(SESSIONS):
             raise Forbidden(f"not allowed to use {SESSIONS}")
-        if self.bai.manager is None:
-            raise Unavailable("the session manager is not started")
         owner = str(self.current_user.username) if self.bai.multi_user else local_owner()
+        api = self.bai.sessions_api(owner, self._admin, None)
         unknown = NotFound(f"no session {session_id!r} of {owner}")
-        session: Session | None = None
-        with contextlib.suppress(NotFound):  # not an id: maybe a name
-            session = await self.bai.running.get(self.bai.manager, session_id)
-        if session is not None and session.owner != owner and not await self._allowed(ADMIN):
-            session = None
-        if session is None:
-            try:  # a name, as the REST API takes it: the caller's own session only
-                session = await self.bai.manager.get(session_id, owner)
-            except NotFound:
-                raise unknown from None
-        ports = {s.split(":")[0]: s.split(":") for s in session.spec.service_ports}
-        if service not in ports:
-            known = ", ".join(ports) or "none"
+        try:  # by id (cached: checked below) or, as the REST API takes it, by the caller's name
+            session = await self.bai.running.get(api.get, session_id)
+        except NotFound:
+            raise unknown from None
+        if session.owner != owner and not await self._allowed(ADMIN):
+            raise unknown
+        services = {s.name: s for s in session.spec.services}
+        if service not in services:
+            known = ", ".join(services) or "none"
             raise NotFound(f"session {session.id} has no service {service!r} (services: {known})")
-        if ports[service][1] == "tcp":
+        if not services[service].proxied:
             raise InvalidRequest(f"service {service!r} is raw tcp: it is not proxied over HTTP")
         require_running(session)
         main = next(k for k in session.kernels if k.role is KernelRole.MAIN)

@@ -7,14 +7,16 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from .agents import AgentsHandler
 from .base import BaiHandler
-from .cluster import AgentsHandler, SchedulerHandler
 from .events import EventsHandler
 from .execute import ExecuteHandler
 from .launches import SessionsLaunchHandler
 from .openapi import openapi
 from .proxy import SessionProxyHandler
+from .scheduler import SchedulerHandler
 from .sessions import (
+    ExecHandler,
     InterruptHandler,
     KernelTokenHandler,
     LogsHandler,
@@ -49,6 +51,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/interrupt", InterruptHandler),
         (f"{API}/sessions/{_KEY}/restart", RestartHandler),
         (f"{API}/sessions/{_KEY}/execute", ExecuteHandler),
+        (f"{API}/sessions/{_KEY}/exec", ExecHandler),
         (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
         (f"{API}/sessions/{_KEY}/services", ServicesHandler),
         (f"{API}/templates", TemplatesHandler),

@@ -1,10 +1,9 @@
-"""``/bai/api/v1/sessions…``: create, list, get, delete, logs, interrupt, restart."""
+"""``/bai/api/v1/sessions…``: create, list, get, delete, logs, exec, signals, services, tokens."""
 
 from __future__ import annotations
 
 import json
 import signal
-import time
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -14,10 +13,11 @@ from tornado import web
 from ..errors import Forbidden, InvalidRequest
 from ..model import Session, SessionType, Status
 from ..wire import session_to_json
-from .base import BaiHandler, require_running
-from .kernel_access import child_key, revoked_key
+from .base import BaiHandler
+from .checks import require_running
 
 __all__ = [
+    "ExecHandler",
     "ServicesHandler",
     "SessionHandler",
     "SessionsHandler",
@@ -28,6 +28,8 @@ __all__ = [
 
 _STATUS_NAMES = ", ".join(s.value for s in Status)
 _TYPE_NAMES = ", ".join(t.value for t in SessionType)
+#: The longest a command run through ``exec`` may take (seconds).
+_MAX_EXEC_TIMEOUT = 3600
 #: Signals also reach a session whose kernel is restarting.
 _RESTARTING = frozenset({Status.RESTARTING})
 
@@ -39,12 +41,15 @@ def proxy_url(base_url: str, session_id: str, service: str) -> str:
 
 def service_list(session: Session, base_url: str) -> list[dict[str, Any]]:
     """The session's service ports; ``url`` is null for raw ``tcp`` ones (not proxied)."""
-    services = []
-    for spec in session.spec.service_ports:
-        name, proto, port = spec.split(":")
-        url = None if proto == "tcp" else proxy_url(base_url, session.id, name)
-        services.append({"name": name, "protocol": proto, "port": int(port), "url": url})
-    return services
+    return [
+        {
+            "name": service.name,
+            "protocol": service.protocol,
+            "port": service.port,
+            "url": proxy_url(base_url, session.id, service.name) if service.proxied else None,
+        }
+        for service in session.spec.services
+    ]
 
 
 def session_view(session: Session, base_url: str, connection: bool = False) -> dict[str, Any]:
@@ -92,9 +97,7 @@ class SessionsHandler(BaiHandler):
         kind = self.get_argument("type", "") or None
         if kind is not None and kind not in {t.value for t in SessionType}:
             raise InvalidRequest(f"type: no session type {kind!r} (types: {_TYPE_NAMES})")
-        everyone = self.get_argument("all", "false").lower() in ("1", "true", "yes")
-        owner = None if everyone and await self.is_admin() else self.owner
-        sessions = await self.manager.list_sessions(owner=owner, statuses=statuses)
+        sessions = await self.api.list_sessions(statuses, everyone=_flag(self, "all"))
         views = [
             session_view(s, self.base_url)
             for s in sessions
@@ -121,11 +124,11 @@ class SessionsHandler(BaiHandler):
             # Users of a shared server must not mount its root dir through the API: only
             # its own kernel provisioner (in-process) may ask for the notebook dir.
             meta.pop("notebook_dir", None)
-        session = await self.manager.create(body, self.owner, template=template, meta=meta)
-        parent: Session | None = getattr(self.current_user, "bai_session", None)
-        if parent is not None:  # a kernel token: it may manage what it created
-            key, value = child_key(session.id), parent.id
-            await self.db(lambda tx: tx.set_meta(key, value), write=True)
+        if _flag(self, "dry_run"):  # validate only: what would be created, with defaults
+            checked = await self.api.create(body, template, meta, dry_run=True)
+            self.write_json(session_view(checked, self.base_url))
+            return
+        session = await self.api.create(body, template, meta)
         self.set_header("Location", url_path_join(self.request.path, session.id))
         self.write_json(session_view(session, self.base_url), status=201)
 
@@ -136,8 +139,8 @@ class SessionHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def get(self, key: str) -> None:
-        session = await self.session(key)
         connection = _flag(self, "connection")
+        session = await self.api.get(key, connection=connection)
         if connection and session.owner != self.owner:
             raise Forbidden("connection=true: only the session's owner gets its kernels' keys")
         self.write_json(session_view(session, self.base_url, connection))
@@ -145,15 +148,14 @@ class SessionHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def delete(self, key: str) -> None:
-        session = await self.session(key, "write")
         if _flag(self, "purge"):  # delete an ended session's record (409 while not ended)
-            purged = await self.manager.purge(session.id)
-            self.app.runs.forget(session.id)
+            purged = await self.api.purge(key)
+            self.app.runs.forget(purged.id)
             self.write_json(session_view(purged, self.base_url))
             return
         reason = self.get_argument("reason", "user-requested")
-        ended = await self.manager.destroy(session.id, reason=reason)
-        self.app.runs.forget(session.id)
+        ended = await self.api.destroy(key, reason=reason)
+        self.app.runs.forget(ended.id)
         self.write_json(session_view(ended, self.base_url))
 
 
@@ -166,15 +168,14 @@ class ServicesHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def post(self, key: str) -> None:
-        session = await self.session(key, "write")
-        require_running(session)
         body = self.json_body()
         spec = body.get("service_port")
         if not isinstance(spec, str) or set(body) != {"service_port"}:
             raise InvalidRequest(
                 f'body: must be {{"service_port": "name:proto:port"}}, got keys {sorted(body)}'
             )
-        updated = await self.manager.add_service_port(session.id, spec)
+        require_running(await self.api.get(key))
+        updated = await self.api.add_service_port(key, spec)
         self.app.running.forget(updated.id)
         self.write_json(session_view(updated, self.base_url))
 
@@ -185,9 +186,9 @@ class LogsHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def get(self, key: str) -> None:
-        session = await self.session(key)
+        session = await self.api.get(key)
         kernel = self.get_argument("kernel", "main1")
-        logs = await self.manager.logs(session.id, kernel=kernel)
+        logs = await self.api.logs(session.id, kernel=kernel)
         self.write_json({"session_id": session.id, "kernel": kernel, "logs": logs})
 
 
@@ -199,10 +200,10 @@ class _SignalHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def post(self, key: str) -> None:
-        session = await self.session(key, "write")
+        session = await self.api.get(key)
         require_running(session, _RESTARTING)
         kernel = self.get_argument("kernel", "main1")
-        await self.manager.signal(session.id, self.signum, kernel=kernel)
+        await self.api.signal(session.id, self.signum, kernel=kernel)
         if self.signum is signal.SIGHUP:
             self.app.runs.forget(session.id, "the kernel was restarted")
         self.set_status(204)
@@ -230,7 +231,37 @@ class KernelTokenHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def delete(self, key: str) -> None:
-        session = await self.session(key, "write")
-        at = int(time.time() * 1000)
-        await self.db(lambda tx: tx.set_meta(revoked_key(session.id), str(at)), write=True)
-        self.write_json({"session_id": session.id, "revoked_at": at / 1000})
+        session = await self.api.get(key)
+        at = await self.api.revoke_kernel_tokens(session.id)
+        self.write_json({"session_id": session.id, "revoked_at": at})
+
+
+class ExecHandler(BaiHandler):
+    """Run a command in one kernel: ``{"command": [argv…], "kernel": "sub1", "timeout": 60}``
+    → ``{"exit_code", "output"}`` (stdout and stderr together)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, key: str) -> None:
+        body = self.json_body()
+        unknown = sorted(set(body) - {"command", "kernel", "timeout"})
+        if unknown:
+            raise InvalidRequest(f"{unknown[0]}: unknown field; known: command, kernel, timeout")
+        command = body.get("command")
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(part, str) for part in command)
+        ):
+            raise InvalidRequest("command: must be a non-empty list of strings (an argv)")
+        kernel = body.get("kernel", "main1")
+        if not isinstance(kernel, str):
+            raise InvalidRequest(f"kernel: must be a hostname such as 'sub1', got {kernel!r}")
+        timeout = body.get("timeout", 60)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise InvalidRequest(f"timeout: must be seconds, got {timeout!r}")
+        if not 0 < timeout <= _MAX_EXEC_TIMEOUT:
+            raise InvalidRequest(f"timeout: must be more than 0 and at most {_MAX_EXEC_TIMEOUT} s")
+        require_running(await self.api.get(key))
+        result = await self.api.exec(key, command, kernel=kernel, timeout=float(timeout))
+        self.write_json({"exit_code": result.exit_code, "output": result.output})

@@ -9,29 +9,30 @@ stale target for long).
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
-from ..manager import BaiSessionManager
 from ..model import Session, Status
 
 __all__ = ["RunningSessions"]
 
 
 class RunningSessions:
-    """A cache of RUNNING sessions in front of :meth:`BaiSessionManager.get` (by id)."""
+    """A cache of RUNNING sessions by id in front of a sessions API's ``get``."""
 
     def __init__(self, ttl: float = 5.0) -> None:
         self.ttl = ttl
         self._entries: dict[str, tuple[float, Session]] = {}
 
-    async def get(self, manager: BaiSessionManager, session_id: str) -> Session:
-        """The session with that id (anyone's: the caller checks ownership); NotFound else."""
-        entry = self._entries.get(session_id)
+    async def get(self, fetch: Callable[[str], Awaitable[Session]], key: str) -> Session:
+        """The session ``key`` names: from the cache (by id: the caller checks ownership),
+        else ``fetch(key)`` (a name resolves among the caller's own, and is not cached)."""
+        entry = self._entries.get(key)
         now = time.monotonic()
         if entry is not None and now - entry[0] < self.ttl:
             return entry[1]
-        session = await manager.get(session_id)
-        if session.status is Status.RUNNING:
-            self._entries[session_id] = (now, session)
+        session = await fetch(key)
+        if session.status is Status.RUNNING and session.id == key:
+            self._entries[key] = (now, session)
         return session
 
     def forget(self, session_id: str) -> None:

@@ -1,0 +1,126 @@
+"""The one door to the manager: what a front end may ask of it, on behalf of one caller.
+
+Every front end (the REST handlers, the kernel provisioner, ``%bai`` and its
+widgets) goes through :class:`SessionsAPI` and nothing else, so each works the
+same against the manager in this process (:class:`bai_jupyter.manager.ScopedManager`,
+scoped to the caller) and against a manager elsewhere over HTTP
+(:class:`bai_jupyter.client.RemoteManager`, scoped by its token on the server).
+
+The caller sees their own sessions and templates (names resolve among theirs);
+an admin also reaches everyone's sessions by id. Errors are
+:mod:`bai_jupyter.errors` exceptions in both implementations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Protocol
+
+from .model import ExecResult, Session, Status
+from .request import Template
+
+__all__ = ["ExecResult", "SessionsAPI"]
+
+
+class SessionsAPI(Protocol):
+    """One caller's sessions and templates, and what they may see of the agents and queue."""
+
+    # --- sessions -----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        request: Mapping[str, Any],
+        template: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> Session:
+        """Validate a request (over a template) and enqueue it: the PENDING session.
+
+        ``dry_run``: only validate (and fill defaults); nothing is stored or started."""
+        ...
+
+    async def get(self, key: str, connection: bool = False) -> Session:
+        """A session by id or name; ``connection``: with its kernels' connection keys."""
+        ...
+
+    async def list_sessions(
+        self, statuses: Iterable[Status] | None = None, everyone: bool = False
+    ) -> list[Session]:
+        """The caller's sessions, oldest first (``everyone``: all users', for an admin)."""
+        ...
+
+    async def destroy(self, key: str, reason: str = "user-requested") -> Session:
+        """Cancel a pending session, or terminate a starting or running one."""
+        ...
+
+    async def purge(self, key: str) -> Session:
+        """Delete an ended session's record (Conflict while it has not ended)."""
+        ...
+
+    async def wait_for(
+        self, key: str, statuses: Iterable[Status], timeout: float | None = None
+    ) -> Session:
+        """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise."""
+        ...
+
+    async def logs(self, key: str, kernel: str = "main1") -> str:
+        """A kernel's output: live while it runs, kept after it ends."""
+        ...
+
+    async def exec(
+        self, key: str, command: list[str], kernel: str = "main1", timeout: float = 60
+    ) -> ExecResult:
+        """Run a command (argv) in one kernel of a running session."""
+        ...
+
+    async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:
+        """SIGINT interrupts main1's ipykernel, SIGHUP restarts it in place."""
+        ...
+
+    async def add_service_port(self, key: str, service_port: str) -> Session:
+        """Declare ``name:proto:port`` on a running session's main1 (for the proxy)."""
+        ...
+
+    async def revoke_kernel_tokens(self, key: str) -> float:
+        """Make the session's kernel tokens issued so far stop working; when (epoch s)."""
+        ...
+
+    def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Status changes of the sessions the caller may see, as they happen."""
+        ...
+
+    # --- templates ----------------------------------------------------------------------------
+
+    async def list_templates(self) -> list[Template]:
+        """Shared templates and the caller's own."""
+        ...
+
+    async def get_template(self, name: str) -> Template:
+        """The caller's template of that name, else the shared one."""
+        ...
+
+    async def create_template(
+        self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False
+    ) -> Template:
+        """Add a template (``shared``: everyone's; admins only); Conflict if the name is taken."""
+        ...
+
+    async def put_template(
+        self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False
+    ) -> Template:
+        """Create or replace a template (``shared``: everyone's; admins only)."""
+        ...
+
+    async def delete_template(self, name: str, shared: bool = False) -> None:
+        """Remove the caller's template of that name (or the shared one, for an admin)."""
+        ...
+
+    # --- what the caller may see of the agents and the queue ----------------------------------
+
+    async def agents(self) -> list[dict[str, Any]]:
+        """Each agent's capacity, occupied and free slots, and the kernels on it."""
+        ...
+
+    async def queue(self) -> dict[str, Any]:
+        """Per resource group: its scheduler settings and pending queue in the next pass's order."""
+        ...

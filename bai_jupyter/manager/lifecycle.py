@@ -1,0 +1,242 @@
+"""The lifecycle driver: a placed session to RUNNING, and any session to its end.
+
+Every step is written to the store before the agents act on it, so a manager
+that restarts half-way finds the session where it was (see ``reconcile``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Protocol
+
+from ..agents.base import AgentBackend, AgentError, KernelEvent, KernelStarted
+from ..kernel_plan import KernelPlan, bootstrap, generate_ssh_keys, kernel_environ, labels
+from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
+from ..mounts import Mount
+from ..runtime.protocol import CHANNELS, READY_LINE
+from ..store import Transaction
+from .core import Core, Settings, move
+from .mount_check import MountCheck
+
+__all__ = ["Lifecycle"]
+
+
+class LifecycleSettings(Settings, Protocol):
+    @property
+    def kernel_env_hook(self) -> Callable[[str, str], Mapping[str, str]] | None: ...
+
+
+class Lifecycle:
+    """Starts placed sessions and ends sessions (destroyed, failed, or a finished batch)."""
+
+    def __init__(self, core: Core, settings: LifecycleSettings, mounts: MountCheck) -> None:
+        self.core = core
+        self.settings = settings
+        self.mounts = mounts
+
+    # --- ending -------------------------------------------------------------------------------
+
+    async def destroy(
+        self, key: str, owner: str | None = None, reason: str = "user-requested"
+    ) -> Session:
+        """Cancel a pending session, or terminate a starting or running one."""
+        core = self.core
+        session = await core.get(key, owner)
+        if session.status is Status.PENDING:
+            try:
+                session = await core.transition(session.id, Status.CANCELLED, reason)
+            except IllegalTransition:
+                session = await core.get(session.id)  # scheduled meanwhile: terminate below
+            else:
+                core.wake()
+                return session
+        if session.status.is_terminal or session.status is Status.TERMINATING:
+            return session
+        session = await core.transition(session.id, Status.TERMINATING, reason)
+        return await self.teardown(session, Status.TERMINATED, reason)
+
+    async def teardown(self, session: Session, final: Status, info: str | None) -> Session:
+        """Keep the logs, remove the kernels everywhere, then record ``final``."""
+        await self._keep_logs(session)
+        for agent_id in {k.agent_id for k in session.kernels if k.agent_id}:
+            agent = self.core.agents.get(agent_id)
+            if agent is not None:
+                try:
+                    await agent.destroy_session(session.id)
+                except AgentError as exc:
+                    self.core.log.warning("bai-jupyter: removing %s: %s", session.id, exc)
+        if session.status is not final:
+            session = await self.core.transition(session.id, final, info)
+        self.core.wake()
+        return session
+
+    async def _keep_logs(self, session: Session) -> None:
+        for kernel in session.kernels:
+            agent = self.core.agents.get(kernel.agent_id or "")
+            if agent is None or kernel.container_id is None:
+                continue
+            try:
+                text = await agent.logs(kernel.id)
+            except AgentError:
+                continue
+            kept = text[-self.settings.log_limit :]
+            await self.core.db(partial(Transaction.save_logs, kernel_id=kernel.id, logs=kept))
+
+    async def fail(self, session: Session, info: str, host: str, exit_code: int | None) -> None:
+        """End a running session with ERROR ``info`` (which kernel, its exit code)."""
+
+        def failing(s: Session) -> None:
+            move(s, Status.ERROR, time.time(), info)
+            s.status_data = {**s.status_data, "kernel": host, "exit_code": exit_code}
+
+        session = await self.core.edit(session.id, failing)
+        await self.teardown(session, Status.ERROR, info)
+
+    async def finish_batch(self, session: Session, event: KernelEvent) -> None:
+        """A batch main1 exited: record its result and exit code, then clean up."""
+        code = event.exit_code if event.exit_code is not None else -1
+        if event.detail.get("task_timeout"):
+            info = "task-timeout"
+        elif event.detail.get("oom_killed"):
+            info = "oom-killed"
+        else:
+            info = "task-finished" if code == 0 else "task-failed"
+
+        def ending(s: Session) -> None:
+            s.finish(code)
+            move(s, Status.TERMINATING, time.time(), info)
+
+        session = await self.core.edit(session.id, ending)
+        await self.teardown(session, Status.TERMINATED, info)
+
+    # --- starting -----------------------------------------------------------------------------
+
+    async def start(self, session_id: str) -> None:
+        """Drive a SCHEDULED session to RUNNING; on failure cancel it and clean up.
+
+        Moving it to PREPARING is the claim: when another manager on this store got
+        there first, or it was destroyed meanwhile, this one leaves it alone."""
+        core = self.core
+        try:
+            session = await core.transition(session_id, Status.PREPARING)
+        except IllegalTransition:
+            return
+        try:
+            agent_ids = {k.agent_id for k in session.kernels}
+            if len(agent_ids) != 1:
+                raise AgentError(
+                    "multi-node sessions spread over several agents are not supported yet"
+                )
+            agent = core.agents.get(next(iter(agent_ids)) or "")
+            if agent is None:
+                raise AgentError(f"agent {next(iter(agent_ids))} is not connected")
+            plans = await asyncio.to_thread(self._plans, session, agent)
+
+            def prepared(s: Session) -> None:  # images are local: nothing to pull
+                move(s, Status.PREPARED, time.time())
+                move(s, Status.CREATING, time.time())
+
+            await core.edit(session_id, prepared)
+            timeout = self.settings.start_timeout
+            started = await asyncio.wait_for(self._start_ready(agent, session_id, plans), timeout)
+            await core.edit(session_id, partial(_running, started=started, plans=plans))
+        except IllegalTransition:
+            # Destroyed while starting: make sure nothing it created stays.
+            current = await core.get(session_id)
+            await self.teardown(current, current.status, current.status_info)
+        except Exception as exc:
+            message = str(exc) or type(exc).__name__
+            if isinstance(exc, asyncio.TimeoutError):
+                message = (
+                    f"the agent did not start the kernels within {self.settings.start_timeout:g} s"
+                )
+            core.log.warning("bai-jupyter: session %s failed to start: %s", session_id, message)
+            current = await core.get(session_id)
+            if current.status in STARTING:
+
+                def failed(s: Session) -> None:
+                    move(s, Status.CANCELLED, time.time(), "failed-to-start")
+                    s.status_data = {**s.status_data, "error": message}
+
+                current = await core.edit(session_id, failed)
+            await self.teardown(current, current.status, current.status_info)
+
+    async def _start_ready(
+        self, agent: AgentBackend, session_id: str, plans: list[KernelPlan]
+    ) -> list[KernelStarted]:
+        """Start the kernels and wait until each runtime says it is set up (SSH, files)."""
+        started = await agent.start_kernels(session_id, plans)
+        timeout = self.settings.start_timeout
+        ready = await asyncio.gather(
+            *(agent.wait_for_output(s.kernel_id, READY_LINE, timeout) for s in started)
+        )
+        for done, was_ready in zip(started, ready):
+            if not was_ready:
+                tail = (await agent.logs(done.kernel_id))[-2000:]
+                raise AgentError(f"a kernel did not get ready:\n{tail}")
+        return started
+
+    def _plans(self, session: Session, agent: AgentBackend) -> list[KernelPlan]:
+        """Every kernel's plan (blocking: resolves mount paths, makes keys)."""
+        # A session of one kernel has nobody to ssh to: no keys, no sshd competing with
+        # the ipykernel's start for CPU.
+        keys = generate_ssh_keys() if agent.ssh and len(session.kernels) > 1 else None
+        connection = None
+        if session.spec.type is SessionType.INTERACTIVE:
+            connection = {
+                "key": secrets.token_hex(32),
+                "transport": "tcp",
+                "signature_scheme": "hmac-sha256",
+                "kernel_name": "python3",
+            }
+        try:
+            mounts: list[Mount] = self.mounts.resolve(session.spec.mounts, session.owner, True)
+        except ValueError as exc:  # the policy or a template changed since it was created
+            raise AgentError(f"mounts: {exc}") from exc
+        taken = [m.target for m in mounts]
+        notebooks, work_dir = self.mounts.notebook_mount(session, agent, taken)
+        if notebooks is not None:
+            mounts = [*mounts, notebooks]
+        hook = self.settings.kernel_env_hook
+        extra_env = dict(hook(session.id, agent.id)) if hook is not None else {}
+        scope = self.core.require_store().id
+        return [
+            KernelPlan(
+                session_id=session.id,
+                kernel_id=kernel.id,
+                hostname=kernel.hostname,
+                role=kernel.role,
+                image=session.spec.image or self.settings.default_image,
+                slots=kernel.slots.to_json(),
+                env={**extra_env, **kernel_environ(session, kernel)},
+                mounts=mounts,
+                work_dir=work_dir,
+                labels=labels(session, kernel, scope),
+                bootstrap=bootstrap(
+                    session, kernel, keys, connection if kernel.role is KernelRole.MAIN else None
+                ),
+            )
+            for kernel in session.kernels
+        ]
+
+
+def _running(session: Session, started: list[KernelStarted], plans: list[KernelPlan]) -> None:
+    """Record where each kernel runs and main1's Jupyter connection, then RUNNING."""
+    by_id = {s.kernel_id: s for s in started}
+    plan_by_id = {p.kernel_id: p for p in plans}
+    for kernel in session.kernels:
+        done = by_id[kernel.id]
+        kernel.container_id = done.container_id
+        kernel.info = {"host": done.host, "ports": dict(done.ports)}
+        conn = plan_by_id[kernel.id].bootstrap.get("connection")
+        if conn and "shell" in done.ports:
+            kernel.info["connection"] = {
+                **conn,
+                "ip": done.host,
+                **{f"{ch}_port": done.ports[ch] for ch in CHANNELS},
+            }
+    move(session, Status.RUNNING, time.time())

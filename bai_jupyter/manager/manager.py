@@ -1,0 +1,531 @@
+"""``BaiSessionManager``: the one async service every front end calls.
+
+It validates requests, enqueues them in the store, runs the scheduling loop,
+drives sessions through their lifecycle and turns kernel events into state
+changes; each of those jobs lives in a module of its own in this package. Front
+ends reach it through :class:`bai_jupyter.api.SessionsAPI` (in process:
+:class:`~bai_jupyter.manager.scoped.ScopedManager`). Every transition is written
+to the store before the manager acts on it, so a restarted manager finds and
+reconciles every session. Nothing here blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..agents.base import AgentBackend, AgentError
+from ..agents.factory import make_agents
+from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
+from ..model import Agent, ExecResult, KernelRole, Session, Status
+from ..mounts import MountPolicy
+from ..request import SpecError, Template, apply_template, parse_service_ports
+from ..resources import ResourceError, ResourceSlot
+from ..runtime.protocol import DEFAULT_IMAGE, ServicePort
+from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
+from ..store import NameConflict, Store, Transaction
+from .core import Core, find_kernel
+from .lifecycle import Lifecycle
+from .mount_check import MountCheck
+from .reconcile import Reconciler
+from .scheduling import Scheduling, load_groups
+from .tokens import KernelTokens
+from .views import agents_view, queue_view
+from .watch import KernelWatcher
+
+__all__ = ["BaiSessionManager"]
+
+
+class BaiSessionManager(LoggingConfigurable):
+    """Sessions for one Jupyter server, a JupyterHub, or a command-line tool."""
+
+    store_url = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="SQLAlchemy URL of the store; default: a SQLite file in the Jupyter data dir.",
+    )
+    backend = Enum(
+        ["auto", "docker", "local"],
+        "auto",
+        config=True,
+        help="Kernels run in Docker ('docker'), as local processes ('local'), or Docker "
+        "when an engine answers, else local ('auto'). Ignored when `agents` is set.",
+    )
+    agents = List(
+        Dict(),
+        config=True,
+        help="Agents, each {'id', 'backend': 'docker'|'local', 'endpoint' (Docker URL), "
+        "'resource_group', 'capacity': {slot: amount}, 'reserve': {slot: amount}, "
+        "'publish_ports': true|false (Docker: main1's ports on 127.0.0.1; default: only "
+        "where its bridge address is not routable)}. Empty: one agent chosen by `backend`.",
+    )
+    resource_groups = Dict(
+        {"default": {"sequencer": "fifo", "selector": "concentrated", "options": {}}},
+        config=True,
+        help="Resource groups: name → {'sequencer', 'selector', 'options'} "
+        "(see docs/scheduler.md).",
+    )
+    default_image = Unicode(
+        DEFAULT_IMAGE,
+        config=True,
+        help="Kernel image for requests that name none (build it: `bai-jupyter image build`).",
+    )
+    data_folders_root = Unicode(
+        "",
+        config=True,
+        help="Where named data folders live (<root>/<owner>/<name>); "
+        "default: <jupyter data dir>/bai_jupyter/folders.",
+    )
+    local_kernels_dir = Unicode(
+        "",
+        config=True,
+        help="Where the local backend keeps its kernels' working dirs and logs; "
+        "default: <jupyter runtime dir>/bai_jupyter/local-kernels.",
+    )
+    allowed_host_paths = List(
+        Unicode(),
+        config=True,
+        help="Host path prefixes sessions may mount, each '/prefix' or '/prefix:ro' "
+        "(read-only for everything under it). Default: none (only the owner's data "
+        "folders). Never mountable, even here: /proc, /sys, /dev, /run, the container "
+        "engines' sockets and state, the store's directory, the Jupyter runtime and data "
+        "dirs, this package and its runtime, and other users' data folders. "
+        "See docs/security-mounts in the README.",
+    )
+    kernel_disk_limit = Unicode(
+        "",
+        config=True,
+        help="Size limit of each Docker kernel's writable layer (e.g. '10g'); '' = none. "
+        "Needs a storage driver that supports it (overlay2 on xfs with pquota, "
+        "devicemapper, btrfs, zfs); elsewhere a warning is logged once and kernels run "
+        "without it.",
+    )
+    host_firewall = Bool(
+        True,
+        config=True,
+        help="Block Docker kernels from this host's services except the kernel-access "
+        "listener (an iptables chain BAI-JUPYTER-INPUT in INPUT; needs root and "
+        "iptables, else a warning is logged). Local engines only.",
+    )
+    pass_interval = Float(5.0, config=True, help="Seconds between periodic scheduling passes.")
+    start_timeout = Float(
+        120.0, config=True, help="Seconds an agent may take to start a session's kernels."
+    )
+    ended_retention = Float(
+        7 * 86400.0,
+        config=True,
+        help="Seconds an ended session's record (status, history, kernels' logs) is kept "
+        "after it ended; older ones are deleted every retention_interval. 0: keep forever.",
+    )
+    retention_interval = Float(
+        3600.0, config=True, help="Seconds between deletions of ended sessions past retention."
+    )
+    log_limit = Int(
+        1 << 20, config=True, help="Characters of each kernel's log kept after it ends."
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.core = Core(self.log)
+        #: Extra environment of every kernel, from (session id, agent id); not stored with
+        #: the session. The server extension gives kernels its address and a session token.
+        self.kernel_env_hook: Callable[[str, str], Mapping[str, str]] | None = None
+        #: The notebooks' host directory (the Jupyter server's root dir), trusted by the
+        #: operator: mounted at NOTEBOOK_DIR in sessions whose meta names a notebook_dir.
+        #: Set by the server extension (BaiJupyterApp.notebook_dir); ``None``: never.
+        self.notebook_root: str | None = None
+        self.mounts = MountCheck(self.core, self)
+        self.lifecycle = Lifecycle(self.core, self, self.mounts)
+        self.watcher = KernelWatcher(self.core, self, self.lifecycle)
+        self.reconciler = Reconciler(self.core, self, self.lifecycle)
+        self.scheduling = Scheduling(self.core, self.lifecycle.start)
+        self.kernel_tokens = KernelTokens(self.core)
+        #: Host ports kernels may reach (see allow_host_ports).
+        self._host_ports: list[int] = []
+        self._started = False
+
+    @property
+    def store(self) -> Store | None:
+        """The store, once started."""
+        return self.core.store
+
+    # --- lifecycle of the manager -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store, register agents, reconcile, and start the scheduling loop."""
+        if self._started:
+            return
+        core = self.core
+        core.groups = load_groups(self.resource_groups)
+        core.store = await asyncio.to_thread(Store, self.store_url)
+        for agent in await self._make_agents():
+            core.agents[agent.id] = agent
+            capacity = await agent.capacity()
+            record = Agent(
+                agent.id, capacity, resource_group=agent.resource_group, backend=agent.backend
+            )
+            await core.db(partial(Transaction.put_agent, agent=record))
+        await self.reconciler.reconcile()
+        await self.allow_host_ports([])  # kernels reach nothing on the host until told
+        for agent in core.agents.values():
+            core.spawn(self.watcher.watch(agent), loop=True)
+        core.spawn(self.scheduling.loop(lambda: self.pass_interval), loop=True)
+        core.spawn(self._retention_loop(), loop=True)
+        self._started = True
+        core.wake()
+
+    async def stop(self) -> None:
+        """Stop the loops and watchers; sessions keep running and are found again on start."""
+        self._started = False
+        core = self.core
+        for task in core.loops:
+            task.cancel()
+        # Starts and tear-downs under way finish first: nothing is left half-removed.
+        work = list(core.tasks - core.loops)
+        if work:
+            _, stuck = await asyncio.wait(work, timeout=self.start_timeout)
+            for task in stuck:
+                self.log.warning("bai-jupyter: gave up waiting for %r", task)
+                task.cancel()
+        for agent in core.agents.values():
+            await agent.close()
+        if core.tasks:
+            await asyncio.wait(list(core.tasks), timeout=10)
+        core.agents.clear()
+        if core.store is not None:
+            core.store.close()
+
+    async def agents_now(self) -> dict[str, ResourceSlot]:
+        """The capacity of each agent this configuration gives, asked now (nothing started)."""
+        agents = await self._make_agents()
+        try:
+            return {agent.id: await agent.capacity() for agent in agents}
+        finally:
+            for agent in agents:
+                await agent.close()
+
+    async def _make_agents(self) -> list[AgentBackend]:
+        local_root = Path(self.local_kernels_dir) if self.local_kernels_dir else None
+        return await make_agents(
+            list(self.agents),
+            self.backend,
+            self.log,
+            disk_limit=self.kernel_disk_limit,
+            firewall=self.host_firewall,
+            local_root=local_root,
+        )
+
+    def wake(self) -> None:
+        """Ask for a scheduling pass now."""
+        self.core.wake()
+
+    async def schedule_now(self) -> None:
+        """One scheduling pass over every resource group, now; start what was placed."""
+        await self.scheduling.pass_now()
+
+    async def host_addresses(self) -> dict[str, str]:
+        """Agent id → the address its kernels reach this host at, for agents that have one."""
+        found: dict[str, str] = {}
+        for agent in self.core.agents.values():
+            try:
+                address = await agent.host_address()
+            except AgentError as exc:
+                self.log.warning("bai-jupyter: agent %s: %s", agent.id, exc)
+                continue
+            if address:
+                found[agent.id] = address
+        return found
+
+    async def allow_host_ports(self, ports: Iterable[int]) -> None:
+        """Let kernels reach only these ports of this host (the kernel-access listeners)."""
+        self._host_ports = sorted(set(self._host_ports) | set(ports))
+        for agent in self.core.agents.values():
+            try:
+                await agent.allow_host_ports(list(self._host_ports))
+            except AgentError as exc:
+                self.log.warning("bai-jupyter: agent %s: host firewall: %s", agent.id, exc)
+
+    def mount_policy(self, trusted: Iterable[str] = ()) -> MountPolicy:
+        """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
+        return self.mounts.policy(trusted)
+
+    # --- sessions -----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        request: Mapping[str, Any],
+        owner: str,
+        template: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> Session:
+        """Validate a request (over a template), enqueue it, and return the PENDING session.
+
+        ``dry_run``: every check, defaults filled in, nothing stored or started."""
+        core = self.core
+        store = core.require_store()
+        tmpl = None
+        if template is not None:
+            tmpl = await core.query(lambda tx: tx.get_template(template, owner))
+            if tmpl is None:
+                raise NotFound(f"no template named {template!r}")
+        try:
+            spec = apply_template(tmpl, request)
+        except (SpecError, ResourceError) as exc:
+            raise InvalidRequest(str(exc)) from exc
+        if spec.image is None:
+            spec.image = self.default_image
+        group = core.groups.get(spec.resource_group)
+        if group is None:
+            raise InvalidRequest(
+                f"resource_group: no group {spec.resource_group!r} "
+                f"(groups: {', '.join(sorted(core.groups))})"
+            )
+        try:
+            # Every kernel holds real slots: the group's defaults fill what is left out.
+            spec.resources = group.config.kernel_resources(spec.resources)
+        except ResourceError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        await self._check_image(spec.image, spec.resource_group)
+        try:
+            await asyncio.to_thread(self.mounts.resolve, spec.mounts, owner, False)
+        except ValueError as exc:
+            raise InvalidRequest(f"mounts: {exc}") from exc
+        resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
+        spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
+        session = Session.create(spec, owner, time.time())
+        session.meta = dict(meta or {})
+        try:
+            await asyncio.to_thread(enqueue, store, session, dry_run)
+        except (NeverFits, UnknownDependency) as exc:
+            raise InvalidRequest(str(exc)) from exc
+        except NameConflict as exc:
+            raise Conflict(str(exc)) from exc
+        if not dry_run:
+            core.hub.publish(session)
+            core.wake()
+        return session
+
+    async def _check_image(self, image: str, group: str) -> None:
+        """Refuse at once an image no agent of the group has (no registry is asked at start)."""
+        agents = [a for a in self.core.agents.values() if a.resource_group == group]
+        failures = []
+        for agent in agents:
+            try:
+                if await agent.has_image(image):
+                    return
+            except AgentError as exc:
+                failures.append(str(exc))
+        if failures:
+            raise Unavailable("; ".join(failures))
+        if agents:
+            hint = (
+                "build it: bai-jupyter image build"
+                if image == self.default_image
+                else ("pull or build it on the agents first")
+            )
+            raise InvalidRequest(
+                f"image: {image} is on no agent of resource group {group!r}; {hint}"
+            )
+
+    async def _resolve_id(self, key: str, owner: str) -> str:
+        session = await self.core.query(lambda tx: tx.get_session(key, owner))
+        if session is None:
+            raise InvalidRequest(f"depends_on: {owner} has no session {key!r}")
+        return session.id
+
+    async def get(self, key: str, owner: str | None = None) -> Session:
+        """A session by id or by name (names need the owner); NotFound otherwise."""
+        return await self.core.get(key, owner)
+
+    async def list_sessions(
+        self, owner: str | None = None, statuses: Iterable[Status] | None = None
+    ) -> list[Session]:
+        """Sessions, oldest first, of one owner (or everyone's) in the given statuses."""
+        return await self.core.list_sessions(owner, statuses)
+
+    async def destroy(
+        self, key: str, owner: str | None = None, reason: str = "user-requested"
+    ) -> Session:
+        """Cancel a pending session, or terminate a starting or running one."""
+        return await self.lifecycle.destroy(key, owner, reason)
+
+    async def purge(self, key: str, owner: str | None = None) -> Session:
+        """Delete an ended session's record (its logs too); Conflict while it has not ended."""
+        session = await self.get(key, owner)
+        if not session.status.is_terminal:
+            raise Conflict(
+                f"session {session.id} is {session.status.value}: only an ended session's "
+                "record can be deleted; end it first (DELETE without purge)"
+            )
+        await self.core.db(lambda tx: tx.delete_sessions([session.id]))
+        return session
+
+    async def purge_ended(self, older_than: float) -> int:
+        """Delete the records of sessions that ended more than ``older_than`` seconds ago."""
+        cutoff = time.time() - older_than
+        ended = await self.list_sessions(statuses=[s for s in Status if s.is_terminal])
+        old = [s.id for s in ended if (s.status_history[-1].at if s.status_history else 0) < cutoff]
+        return await self.core.db(lambda tx: tx.delete_sessions(old)) if old else 0
+
+    async def _retention_loop(self) -> None:
+        """Ended sessions do not pile up: delete those past ``ended_retention``."""
+        while self.ended_retention > 0:
+            try:
+                gone = await self.purge_ended(self.ended_retention)
+            except Exception:
+                self.log.exception("bai-jupyter: deleting ended sessions failed")
+            else:
+                if gone:
+                    self.log.info("bai-jupyter: deleted %d ended sessions past retention", gone)
+            await asyncio.sleep(max(self.retention_interval, 1.0))
+
+    async def wait_for(
+        self,
+        key: str,
+        statuses: Iterable[Status],
+        timeout: float | None = None,
+        owner: str | None = None,
+    ) -> Session:
+        """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise."""
+        return await self.core.wait_for(key, statuses, timeout, owner)
+
+    async def logs(self, key: str, kernel: str = "main1", owner: str | None = None) -> str:
+        """A kernel's output: live while it runs, kept in the store after it ends."""
+        session = await self.get(key, owner)
+        target = find_kernel(session, kernel)
+        kept = await self.core.query(lambda tx: tx.get_logs(target.id))
+        if kept is not None:
+            return kept
+        agent = self.core.agents.get(target.agent_id or "")
+        if agent is None or target.container_id is None:
+            return ""
+        try:
+            return await agent.logs(target.id)
+        except AgentError as exc:
+            raise Unavailable(str(exc)) from exc
+
+    async def exec(
+        self,
+        key: str,
+        command: list[str],
+        kernel: str = "main1",
+        owner: str | None = None,
+        timeout: float = 60,
+    ) -> ExecResult:
+        """Run a command in one kernel of a running session."""
+        agent, kernel_id = await self.core.running_kernel(key, kernel, owner)
+        try:
+            return await agent.exec(kernel_id, command, timeout)
+        except AgentError as exc:
+            raise Unavailable(str(exc)) from exc
+
+    async def signal(
+        self, key: str, signum: int, kernel: str = "main1", owner: str | None = None
+    ) -> None:
+        """Send a signal to a kernel's runtime (INT interrupts, HUP restarts the ipykernel)."""
+        agent, kernel_id = await self.core.running_kernel(key, kernel, owner)
+        try:
+            await agent.signal(kernel_id, signum)
+        except AgentError as exc:
+            raise Unavailable(str(exc)) from exc
+
+    async def add_service_port(
+        self, key: str, service_port: str, owner: str | None = None
+    ) -> Session:
+        """Declare a service port of a RUNNING session's main1 after start, for the proxy.
+
+        Works where the agent reaches main1 at its own address (any port); a published
+        container cannot gain a port (Docker cannot publish on a running container)."""
+        try:
+            (spec,) = parse_service_ports([service_port], "service_port")
+        except SpecError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        service = ServicePort.parse(spec)
+        session = await self.get(key, owner)
+        if session.status is not Status.RUNNING:
+            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
+        if service.name in {s.name for s in session.spec.services}:
+            raise Conflict(f"session {session.id} already has a service {service.name!r}")
+        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        agent = self.core.agent_of(main)
+        reached = agent.late_port(service.port)
+        if reached is None:
+            raise Conflict(
+                f"session {session.id}: agent {agent.id} publishes main1's ports and cannot "
+                "add one to a running container; declare the port when creating the session "
+                "(service_ports, or --service-port on the kernelspec)"
+            )
+        try:
+            parse_service_ports([*session.spec.service_ports, spec])
+        except SpecError as exc:
+            raise InvalidRequest(str(exc)) from exc
+
+        def adding(s: Session) -> None:
+            if s.status is not Status.RUNNING:
+                raise Unavailable(f"session {s.id} is {s.status.value}, not RUNNING")
+            if service.name in {p.name for p in s.spec.services}:
+                raise Conflict(f"session {s.id} already has a service {service.name!r}")
+            s.spec.service_ports = [*s.spec.service_ports, spec]
+            for kernel in s.kernels:
+                if kernel.role is KernelRole.MAIN:
+                    ports = {**kernel.info.get("ports", {}), f"service:{service.name}": reached}
+                    kernel.info = {**kernel.info, "ports": ports}
+
+        return await self.core.edit(session.id, adding)
+
+    def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Session status changes as they happen (until the caller stops iterating)."""
+        return self.core.hub.events()
+
+    # --- templates ----------------------------------------------------------------------------
+
+    async def list_templates(self, owner: str | None) -> list[Template]:
+        """Shared templates and ``owner``'s own."""
+        return await self.core.query(lambda tx: tx.list_templates(owner))
+
+    async def get_template(self, name: str, owner: str | None) -> Template:
+        """``owner``'s template of that name, else the shared one; NotFound otherwise."""
+        found = await self.core.query(lambda tx: tx.get_template(name, owner))
+        if found is None:
+            raise NotFound(f"no template named {name!r}")
+        return found
+
+    async def put_template(self, template: Template, replace: bool = True) -> Template:
+        """Store a template; without ``replace``, Conflict when its owner has one of that name."""
+
+        def put(tx: Transaction) -> bool:
+            existing = tx.get_template(template.name, template.owner)
+            if not replace and existing is not None and existing.owner == template.owner:
+                return False
+            tx.put_template(template)
+            return True
+
+        if not await self.core.db(put):
+            raise Conflict(f"a template named {template.name!r} exists: PUT it to replace it")
+        return template
+
+    async def delete_template(self, name: str, owner: str | None) -> None:
+        """Remove ``owner``'s template of that name (``None``: the shared one)."""
+        if not await self.core.db(lambda tx: tx.delete_template(name, owner)):
+            raise NotFound(f"no {'' if owner else 'shared '}template named {name!r}")
+
+    # --- views of the agents and the queue ----------------------------------------------------
+
+    async def agents_view(self, owner: str, admin: bool = False) -> list[dict[str, Any]]:
+        """Every agent's capacity, occupied and free slots, and kernels (others' anonymous)."""
+        return await agents_view(self.core, owner, admin)
+
+    async def queue_view(self, owner: str, admin: bool = False) -> dict[str, Any]:
+        """Each resource group's settings and pending queue in the next pass's order."""
+        queues = await self.scheduling.queues()
+        settings = {name: dict(conf) for name, conf in dict(self.resource_groups).items()}
+        return queue_view(queues, settings, owner, admin)

@@ -1,0 +1,137 @@
+"""Which host directories a session gets: its data folders, allowed host paths, the notebooks.
+
+Blocking (paths are resolved on disk): callers run these in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from jupyter_core.paths import (
+    jupyter_config_path,
+    jupyter_data_dir,
+    jupyter_path,
+    jupyter_runtime_dir,
+)
+
+from ..agents.base import RUNTIME_DIR, AgentBackend, kernel_packages
+from ..model import Session
+from ..mounts import Mount, MountPolicy, MountRefused, parse_mount
+from ..runtime.protocol import NOTEBOOK_DIR, WORK_DIR
+from .core import Core
+
+__all__ = ["MountCheck"]
+
+
+class MountSettings(Protocol):
+    @property
+    def allowed_host_paths(self) -> list[str]: ...
+
+    @property
+    def data_folders_root(self) -> str: ...
+
+    @property
+    def notebook_root(self) -> str | None: ...
+
+
+def _nested(a: PurePosixPath, b: PurePosixPath) -> bool:
+    """Whether one path is the other or inside it."""
+    return a == b or a in b.parents or b in a.parents
+
+
+class MountCheck:
+    """The operator's mount policy applied to a session's ``mounts`` and notebook dir."""
+
+    def __init__(self, core: Core, settings: MountSettings) -> None:
+        self.core = core
+        self.settings = settings
+
+    def folders_root(self) -> Path:
+        """Where named data folders live: ``<root>/<owner>/<name>``."""
+        if self.settings.data_folders_root:
+            return Path(self.settings.data_folders_root)
+        return Path(jupyter_data_dir()) / "bai_jupyter" / "folders"
+
+    def policy(self, trusted: Iterable[str] = ()) -> MountPolicy:
+        """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
+        # Whatever the server runs or reads as code or config (its Python environment,
+        # Jupyter's config and data paths, what kernels get of ours): a kernel writing
+        # there runs code on the host.
+        forbidden: list[str | Path] = [
+            jupyter_runtime_dir(),
+            *jupyter_path(),
+            *jupyter_config_path(),
+            sys.prefix,
+            *kernel_packages(),
+            RUNTIME_DIR,
+        ]
+        store = self.core.store
+        database = store.engine.url.database if store is not None else None
+        sqlite = store is not None and store.engine.dialect.name == "sqlite"
+        if sqlite and database and database != ":memory:":
+            forbidden.append(Path(database).resolve().parent)
+        for agent in self.core.agents.values():
+            forbidden.extend(agent.private_paths())
+        allowed = [*trusted, *self.settings.allowed_host_paths]
+        return MountPolicy.build(allowed, forbidden, self.folders_root())
+
+    def resolve(self, entries: Iterable[str], owner: str, create: bool) -> list[Mount]:
+        """Parse and check ``mounts``; with ``create``, make the owner's named folders.
+
+        Only a named folder of the owner's is ever created; a host path must exist."""
+        entries = list(entries)
+        if not entries:
+            return []
+        policy = self.policy()
+        checked = []
+        for entry in entries:
+            mount = policy.check(parse_mount(entry, owner, self.folders_root()), owner)
+            if mount.folder:
+                if create:
+                    Path(mount.source).mkdir(parents=True, exist_ok=True)
+                    # Created now: check again what it resolves to (nothing swapped in).
+                    mount = policy.check(mount, owner)
+            elif not Path(mount.source).exists():
+                raise MountRefused(f"{mount.source}: no such host path (none is created)")
+            checked.append(mount)
+        return checked
+
+    def notebook_mount(
+        self, session: Session, agent: AgentBackend, taken: Iterable[str]
+    ) -> tuple[Mount | None, str | None]:
+        """The notebook root's mount and the kernels' working dir (the notebook's folder).
+
+        ``(None, None)`` when the session names no notebook dir, none is configured,
+        the agent cannot see this host's files, or the policy refuses the root (e.g.
+        ``/``, or a dir holding the store): said in the log, and the kernels start in
+        WORK_DIR without it."""
+        wanted = session.meta.get("notebook_dir")
+        root = self.settings.notebook_root
+        if not isinstance(wanted, str) or not wanted or not root:
+            return None, None
+        log = self.core.log
+        skip = "bai-jupyter: session %s: notebook dir %s not mounted (kernels start in %s): %s"
+        if not agent.shares_host_files:
+            why = f"agent {agent.id} does not share this host's file system"
+            log.info(skip, session.id, root, WORK_DIR, why)
+            return None, None
+        target = PurePosixPath(NOTEBOOK_DIR)
+        clash = next((t for t in map(PurePosixPath, taken) if _nested(t, target)), None)
+        if clash is not None:  # one inside the other: the engine would make dirs in a source
+            log.warning(skip, session.id, root, WORK_DIR, f"a mount uses {clash}")
+            return None, None
+        try:
+            if not Path(root).is_dir():
+                raise MountRefused(f"{root}: not a directory")
+            mount = self.policy(trusted=[root]).check(Mount(root, NOTEBOOK_DIR), session.owner)
+        except (ValueError, OSError) as exc:
+            log.warning(skip, session.id, root, WORK_DIR, exc)
+            return None, None
+        relative = Path(os.path.relpath(os.path.realpath(wanted), mount.source))
+        if relative.parts and relative.parts[0] == "..":
+            return mount, NOTEBOOK_DIR  # a notebook outside the root: start at the root
+        return mount, str(PurePosixPath(NOTEBOOK_DIR, *relative.parts))

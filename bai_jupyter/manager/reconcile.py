@@ -1,0 +1,113 @@
+"""After a restart: match the store against what the agents really have.
+
+A session half-started or half-removed by another manager on the same store
+gets that manager's time first; a batch that ended while nobody watched gets
+its result; sessions whose kernels are gone fail; stray kernels are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from ..agents.base import AgentBackend, AgentError, KernelEvent, KernelEventKind, LiveKernel
+from ..kernel_plan import LABEL_SCOPE
+from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
+from .core import Core, Settings
+from .lifecycle import Lifecycle
+
+__all__ = ["Reconciler"]
+
+#: Seconds beyond ``start_timeout`` another manager gets to finish a start or tear-down.
+HANDOVER = 10.0
+
+
+@dataclass
+class _Live:
+    kernel: LiveKernel
+    agent: AgentBackend
+
+
+class Reconciler:
+    """Brings the store and the agents back into agreement when the manager starts."""
+
+    def __init__(self, core: Core, settings: Settings, lifecycle: Lifecycle) -> None:
+        self.core = core
+        self.settings = settings
+        self.lifecycle = lifecycle
+
+    async def reconcile(self) -> None:
+        """Match the store against what the agents really have."""
+        core = self.core
+        live: dict[str, _Live] = {}
+        scope = core.require_store().id
+        for agent in core.agents.values():
+            try:
+                for kernel in await agent.live_kernels():
+                    if kernel.labels.get(LABEL_SCOPE) != scope:
+                        continue  # another manager's (another store's): not ours to judge
+                    live[kernel.kernel_id] = _Live(kernel, agent)
+            except AgentError as exc:
+                core.log.warning("bai-jupyter: agent %s unreachable: %s", agent.id, exc)
+        known: set[str] = set()
+        for session in await core.list_sessions(statuses=[s for s in Status if not s.is_terminal]):
+            if session.status is Status.PENDING:
+                continue
+            known.add(session.id)
+            await self._session(session, live)
+        strays = {(e.kernel.session_id, e.agent) for e in live.values()}
+        for session_id, agent in strays:
+            if session_id not in known:
+                core.log.info("bai-jupyter: removing stray kernels of session %s", session_id)
+                await agent.destroy_session(session_id)
+
+    async def _session(
+        self, session: Session, live: dict[str, _Live], recheck: bool = True
+    ) -> None:
+        lifecycle = self.lifecycle
+        if session.status is Status.SCHEDULED:
+            self.core.spawn(lifecycle.start(session.id))
+            return
+        if recheck and (session.status in STARTING or session.status is Status.TERMINATING):
+            # Another manager on this store (a server's and a kernel provisioner's embedded
+            # one) may be starting or removing it right now: judge it only once that manager
+            # has had its time, and only if it made no progress meanwhile.
+            since = session.status_history[-1].at
+            left = since + self.settings.start_timeout + HANDOVER - time.time()
+            if left > 0:
+                self.core.spawn(self._recheck(session, left), loop=True)
+                return
+        if session.status in STARTING:
+            # Interrupted half-way: its containers may be incomplete.
+            await lifecycle.fail(session, "start-interrupted", "main1", None)
+            return
+        if session.status is Status.TERMINATING:
+            await lifecycle.teardown(session, Status.TERMINATED, session.status_info)
+            return
+        found = [live.get(k.id) for k in session.kernels]
+        if all(entry is not None and entry.kernel.running for entry in found):
+            return  # still running: nothing to do
+        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        main_live = live.get(main.id)
+        if (
+            session.spec.type is SessionType.BATCH
+            and main_live is not None
+            and not main_live.kernel.running
+            and main_live.kernel.exit_code is not None
+        ):
+            code = main_live.kernel.exit_code
+            event = KernelEvent(KernelEventKind.EXITED, session.id, main.id, exit_code=code)
+            await lifecycle.finish_batch(session, event)
+            return
+        gone = [k.hostname for k, e in zip(session.kernels, found) if e is None]
+        await lifecycle.fail(session, "kernel-lost", ",".join(gone) or "main1", None)
+
+    async def _recheck(self, seen: Session, delay: float) -> None:
+        """Reconcile a starting or ending session after ``delay`` unless it moved on."""
+        await asyncio.sleep(delay)
+        session = await self.core.get(seen.id)
+        if len(session.status_history) == len(seen.status_history):
+            with contextlib.suppress(IllegalTransition):  # it moved on after all
+                await self._session(session, {}, recheck=False)

@@ -1,0 +1,108 @@
+"""The scheduling loop: a pass on every enqueue, every end of a session, and periodically.
+
+The pass itself (``scheduler.queue.run_pass``) decides and reserves inside one
+store transaction; this module loads each resource group's plugins, runs the
+passes off the event loop, tells the watchers, and starts what was placed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from ..errors import InvalidRequest, NotFound
+from ..model import Session
+from ..scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
+from ..scheduler.context import PassContext
+from ..scheduler.placement import AgentPool
+from ..scheduler.queue import load_snapshot, run_pass
+from ..store import Transaction
+from .core import Core, GroupScheduler
+
+__all__ = ["Scheduling", "load_groups"]
+
+#: Sessions whose why-pending record changed are re-announced only up to this many per pass.
+_ANNOUNCED_FAILURES = 100
+
+
+def load_groups(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, GroupScheduler]:
+    """Each configured resource group with its sequencer and selector; InvalidRequest if bad."""
+    loaded = {}
+    for name, conf in groups.items():
+        try:
+            config = SchedulerConfig.from_options(
+                conf.get("sequencer", "fifo"),
+                conf.get("selector", "concentrated"),
+                dict(conf.get("options") or {}),
+            )
+            sequencer, selector = load_plugins(config)
+        except SchedulerConfigError as exc:
+            raise InvalidRequest(f"resource group {name!r}: {exc}") from exc
+        loaded[name] = GroupScheduler(config, sequencer, selector, dict(conf))
+    return loaded
+
+
+class Scheduling:
+    """Runs passes for every resource group and hands placed sessions to ``start``."""
+
+    def __init__(self, core: Core, start: Callable[[str], Coroutine[Any, Any, None]]) -> None:
+        self.core = core
+        self.start = start
+
+    def group(self, name: str) -> GroupScheduler:
+        try:
+            return self.core.groups[name]
+        except KeyError:
+            raise NotFound(f"no resource group {name!r}") from None
+
+    async def loop(self, interval: Callable[[], float]) -> None:
+        """Pass whenever woken, and at least every ``interval()`` seconds; survive anything."""
+        while True:
+            await self.core.woken(interval())
+            try:
+                await self.pass_now()
+            except Exception:  # the loop must survive anything a pass hits
+                self.core.log.exception("bai-jupyter: scheduling pass failed")
+
+    async def pass_now(self) -> None:
+        """One pass over every resource group; start what was placed."""
+        core = self.core
+        store = core.require_store()
+        for name, group in core.groups.items():
+            result = await asyncio.to_thread(
+                run_pass, store, name, group.config, group.sequencer, group.selector, time.time()
+            )
+            changed = [p.session_id for p in result.placements]
+            changed += [c.session_id for c in result.cancellations]
+            if len(result.failures) <= _ANNOUNCED_FAILURES:
+                changed += list(result.failures)
+            for session_id in changed:
+                core.hub.publish(await core.get(session_id))
+            for placement in result.placements:
+                core.spawn(self.start(placement.session_id))
+            if result.cancellations:
+                core.wake()  # dependants of what was cancelled
+
+    async def queues(self) -> dict[str, list[Session]]:
+        """Each group's pending sessions in the order the next pass will try them."""
+        now = time.time()
+        groups = dict(self.core.groups)
+
+        def read(tx: Transaction) -> dict[str, list[Session]]:
+            return {name: _queue_order(tx, name, group, now) for name, group in groups.items()}
+
+        return await self.core.query(read)
+
+
+def _queue_order(tx: Transaction, name: str, group: GroupScheduler, now: float) -> list[Session]:
+    """Priority bands first (highest first), each in its sequencer's order, from the same
+    snapshot a pass reads."""
+    snapshot = load_snapshot(tx, name)
+    ctx = PassContext(now, group.config, snapshot, AgentPool(snapshot.agents).capacity)
+    bands: dict[int, list[Session]] = defaultdict(list)
+    for session in snapshot.pending:
+        bands[session.spec.priority].append(session)
+    return [s for p in sorted(bands, reverse=True) for s in group.sequencer.order(bands[p], ctx)]

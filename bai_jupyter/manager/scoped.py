@@ -1,0 +1,239 @@
+"""A manager in this process as one caller's :class:`~bai_jupyter.api.SessionsAPI`.
+
+The caller reaches their own sessions (by id or name) and templates; an admin
+also reaches anyone's sessions by id. ``is_admin`` is asked only when needed,
+with the action (``read`` or ``write``), as Jupyter's authorizer decides it.
+A manager that runs on another thread's loop (the provisioner's embedded one)
+is called there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import Forbidden, InvalidRequest, NotFound
+from ..model import ExecResult, Session, Status
+from ..request import SpecError, Template
+
+if TYPE_CHECKING:
+    from ..loop_thread import LoopThread
+    from .manager import BaiSessionManager
+
+__all__ = ["AdminCheck", "ScopedManager"]
+
+T = TypeVar("T")
+
+#: May the caller act on everyone's sessions? Called with ``"read"`` or ``"write"``.
+AdminCheck = Callable[[str], Awaitable[bool]]
+
+
+async def _nobody(action: str) -> bool:
+    return False
+
+
+class ScopedManager:
+    """One caller's view of a :class:`BaiSessionManager` (see :class:`SessionsAPI`)."""
+
+    def __init__(
+        self,
+        manager: BaiSessionManager,
+        owner: str,
+        is_admin: AdminCheck = _nobody,
+        parent: str | None = None,
+        thread: LoopThread | None = None,
+    ) -> None:
+        """``parent``: the session whose kernel token the caller holds (what it creates
+        is recorded as that session's, which it may then manage). ``thread``: the loop
+        the manager runs on, when not the caller's."""
+        self.manager = manager
+        self.owner = owner
+        self.is_admin = is_admin
+        self.parent = parent
+        self.thread = thread
+
+    async def _run(self, call: Coroutine[Any, Any, T]) -> T:
+        if self.thread is None:
+            return await call
+        return await self.thread.call(call)
+
+    async def _resolve(self, key: str, action: str = "read") -> Session:
+        """The caller's session by id or name; anyone's by id for an admin; NotFound else."""
+        try:
+            return await self.manager.get(key, self.owner)
+        except NotFound:
+            if not await self.is_admin(action):
+                raise
+        return await self.manager.get(key)
+
+    # --- sessions -----------------------------------------------------------------------------
+
+    async def create(
+        self,
+        request: Mapping[str, Any],
+        template: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> Session:
+        async def call() -> Session:
+            session = await self.manager.create(request, self.owner, template, meta, dry_run)
+            if self.parent is not None and not dry_run:
+                await self.manager.kernel_tokens.note_child(session.id, self.parent)
+            return session
+
+        return await self._run(call())
+
+    async def get(self, key: str, connection: bool = False) -> Session:
+        return await self._run(self._resolve(key, "write" if connection else "read"))
+
+    async def list_sessions(
+        self, statuses: Iterable[Status] | None = None, everyone: bool = False
+    ) -> list[Session]:
+        owner = None if everyone and await self.is_admin("read") else self.owner
+        return await self._run(self.manager.list_sessions(owner, statuses))
+
+    async def destroy(self, key: str, reason: str = "user-requested") -> Session:
+        async def call() -> Session:
+            session = await self._resolve(key, "write")
+            return await self.manager.destroy(session.id, reason=reason)
+
+        return await self._run(call())
+
+    async def purge(self, key: str) -> Session:
+        async def call() -> Session:
+            return await self.manager.purge((await self._resolve(key, "write")).id)
+
+        return await self._run(call())
+
+    async def wait_for(
+        self, key: str, statuses: Iterable[Status], timeout: float | None = None
+    ) -> Session:
+        async def call() -> Session:
+            session = await self._resolve(key)
+            return await self.manager.wait_for(session.id, statuses, timeout)
+
+        return await self._run(call())
+
+    async def logs(self, key: str, kernel: str = "main1") -> str:
+        async def call() -> str:
+            return await self.manager.logs((await self._resolve(key)).id, kernel)
+
+        return await self._run(call())
+
+    async def exec(
+        self, key: str, command: list[str], kernel: str = "main1", timeout: float = 60
+    ) -> ExecResult:
+        async def call() -> ExecResult:
+            session = await self._resolve(key, "write")
+            return await self.manager.exec(session.id, command, kernel, timeout=timeout)
+
+        return await self._run(call())
+
+    async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:
+        async def call() -> None:
+            await self.manager.signal((await self._resolve(key, "write")).id, signum, kernel)
+
+        await self._run(call())
+
+    async def add_service_port(self, key: str, service_port: str) -> Session:
+        async def call() -> Session:
+            session = await self._resolve(key, "write")
+            return await self.manager.add_service_port(session.id, service_port)
+
+        return await self._run(call())
+
+    async def revoke_kernel_tokens(self, key: str) -> float:
+        async def call() -> float:
+            session = await self._resolve(key, "write")
+            return await self.manager.kernel_tokens.revoke(session.id)
+
+        return await self._run(call())
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        admin = await self.is_admin("read")
+        source = self.manager.events()
+        if self.thread is not None:
+            source = _across(source, self.thread)
+        async for event in source:
+            if admin or event.get("owner") == self.owner:
+                yield event
+
+    # --- templates ----------------------------------------------------------------------------
+
+    async def list_templates(self) -> list[Template]:
+        return await self._run(self.manager.list_templates(self.owner))
+
+    async def get_template(self, name: str) -> Template:
+        return await self._run(self.manager.get_template(name, self.owner))
+
+    async def _template(
+        self, name: str, spec: Mapping[str, Any], description: str, shared: bool
+    ) -> Template:
+        """A template to write; ``shared`` (everyone's) needs the admin resource."""
+        if shared and not await self.is_admin("write"):
+            raise Forbidden("only an admin may write shared templates")
+        try:
+            return Template.from_json(
+                {
+                    "name": name,
+                    "spec": spec,
+                    "description": description,
+                    "owner": None if shared else self.owner,
+                }
+            )
+        except SpecError as exc:
+            raise InvalidRequest(str(exc)) from exc
+
+    async def create_template(
+        self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False
+    ) -> Template:
+        template = await self._template(name, spec, description, shared)
+        return await self._run(self.manager.put_template(template, replace=False))
+
+    async def put_template(
+        self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False
+    ) -> Template:
+        template = await self._template(name, spec, description, shared)
+        return await self._run(self.manager.put_template(template))
+
+    async def delete_template(self, name: str, shared: bool = False) -> None:
+        if shared and not await self.is_admin("write"):
+            raise Forbidden("only an admin may delete shared templates")
+        await self._run(self.manager.delete_template(name, None if shared else self.owner))
+
+    # --- views --------------------------------------------------------------------------------
+
+    async def agents(self) -> list[dict[str, Any]]:
+        admin = await self.is_admin("read")
+        return await self._run(self.manager.agents_view(self.owner, admin))
+
+    async def queue(self) -> dict[str, Any]:
+        admin = await self.is_admin("read")
+        return await self._run(self.manager.queue_view(self.owner, admin))
+
+
+async def _across(events: AsyncIterator[T], thread: LoopThread) -> AsyncIterator[T]:
+    """``events`` (iterated on ``thread``'s loop) delivered on the caller's loop."""
+    here = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[bool, T | None]] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for event in events:
+                here.call_soon_threadsafe(inbox.put_nowait, (True, event))
+        finally:
+            here.call_soon_threadsafe(inbox.put_nowait, (False, None))
+
+    future = thread.submit(pump())
+    try:
+        while True:
+            more, event = await inbox.get()
+            if not more:
+                return
+            yield event  # type: ignore[misc]
+    finally:
+        future.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wrap_future(future)

@@ -1,0 +1,88 @@
+"""What a caller may see of the agents and the queue (the API's ``agents`` and ``scheduler``).
+
+A caller sees every agent's numbers and the whole queue's length and order,
+but the identity of other users' sessions only as an admin.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..model import Agent, Session, Status
+from ..store import Transaction
+from .core import Core
+
+__all__ = ["agents_view", "queue_view"]
+
+#: Sessions whose kernels hold slots on agents.
+_HOLDING = [s for s in Status if s.occupies]
+
+
+async def agents_view(core: Core, owner: str, admin: bool) -> list[dict[str, Any]]:
+    """Every agent: capacity, occupied and free slots, and the kernels on it."""
+
+    def read(tx: Transaction) -> tuple[list[Agent], list[Session]]:
+        return tx.list_agents(), tx.list_sessions(statuses=_HOLDING, history=False)
+
+    agents, sessions = await core.query(read)
+    kernels: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for session in sessions:
+        visible = admin or session.owner == owner
+        for kernel in session.kernels:
+            if kernel.agent_id is None or not kernel.status.occupies:
+                continue
+            entry: dict[str, Any] = {"slots": kernel.slots.to_json()}
+            if visible:
+                entry.update(
+                    session_id=session.id,
+                    kernel_id=kernel.id,
+                    hostname=kernel.hostname,
+                    owner=session.owner,
+                    status=kernel.status.value,
+                )
+            kernels[kernel.agent_id].append(entry)
+    return [
+        {
+            "id": agent.id,
+            "resource_group": agent.resource_group,
+            "backend": agent.backend,
+            "schedulable": agent.schedulable,
+            "capacity": agent.capacity.to_json(),
+            "occupied": agent.occupied.to_json(),
+            "free": (agent.capacity - agent.occupied).to_json(),
+            "kernels": kernels.get(agent.id, []),
+        }
+        for agent in agents
+    ]
+
+
+def queue_view(
+    queues: dict[str, list[Session]], settings: dict[str, dict[str, Any]], owner: str, admin: bool
+) -> dict[str, Any]:
+    """Per resource group: its scheduler settings and pending queue, with why each waits."""
+    reply = {}
+    for name, conf in settings.items():
+        queue = []
+        for position, session in enumerate(queues.get(name, []), 1):
+            entry: dict[str, Any] = {"position": position, "mine": session.owner == owner}
+            if admin or session.owner == owner:
+                entry.update(
+                    session_id=session.id,
+                    name=session.name,
+                    owner=session.owner,
+                    priority=session.spec.priority,
+                    created_at=session.created_at,
+                    resources=session.spec.resources.to_json(),
+                    cluster_size=session.spec.cluster_size,
+                    scheduler=session.scheduler_data,
+                )
+            queue.append(entry)
+        reply[name] = {
+            "sequencer": conf.get("sequencer", "fifo"),
+            "selector": conf.get("selector", "concentrated"),
+            "options": conf.get("options") or {},
+            "pending": len(queue),
+            "queue": queue,
+        }
+    return reply

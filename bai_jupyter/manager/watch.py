@@ -1,0 +1,93 @@
+"""What kernels report: exits, OOM kills and lost networks become state changes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..agents.base import AgentBackend, KernelEvent, KernelEventKind
+from ..errors import NotFound
+from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType
+from .core import ACTIVE, Core, Settings
+from .lifecycle import Lifecycle
+
+__all__ = ["KernelWatcher"]
+
+
+class KernelWatcher:
+    """Follows each agent's kernel events and ends, fails or notes sessions accordingly."""
+
+    def __init__(self, core: Core, settings: Settings, lifecycle: Lifecycle) -> None:
+        self.core = core
+        self.settings = settings
+        self.lifecycle = lifecycle
+
+    async def watch(self, agent: AgentBackend) -> None:
+        """Handle the agent's events until it closes; a failing stream is reopened."""
+        while True:
+            try:
+                async for event in agent.events():
+                    self.core.spawn(self.on_kernel_event(event))
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.core.log.exception("bai-jupyter: watching agent %s failed; retrying", agent.id)
+                await asyncio.sleep(1)
+
+    async def on_kernel_event(self, event: KernelEvent) -> None:
+        core = self.core
+        try:
+            session = await core.get(event.session_id)
+        except NotFound:
+            return
+        if session.status in STARTING:
+            # A batch command can end before its session is marked RUNNING.
+            timeout = self.settings.start_timeout + 5
+            session = await core.wait_for(session.id, ACTIVE, timeout=timeout)
+        if session.status not in ACTIVE:
+            return  # we are removing it ourselves, or it already ended
+        kernel = next((k for k in session.kernels if k.id == event.kernel_id), None)
+        if kernel is None:
+            return
+        main = kernel.role is KernelRole.MAIN
+        exited = event.kind is KernelEventKind.EXITED
+        try:
+            if event.kind is KernelEventKind.OOM_KILLED:
+                # A process was killed for memory; the kernel's own death comes as EXITED.
+                await self._oom_notice(session, kernel.hostname)
+            elif exited and main and session.spec.type is SessionType.BATCH:
+                await self.lifecycle.finish_batch(session, event)
+            elif exited and main and event.exit_code == 0 and not event.detail.get("oom_killed"):
+                # main1's ipykernel was asked to shut down (jupyter console's exit, a
+                # client's shutdown_request) and its runtime ended cleanly: not a death.
+                await self.lifecycle.destroy(session.id, reason="user-requested")
+            elif event.kind is KernelEventKind.NETWORK_LOST:
+                await self.lifecycle.fail(session, "network-disconnected", kernel.hostname, None)
+            else:
+                info = "oom-killed" if event.detail.get("oom_killed") else "kernel-died"
+                await self.lifecycle.fail(session, info, kernel.hostname, event.exit_code)
+        except IllegalTransition:
+            pass  # another event or a destroy got there first
+
+    async def _oom_notice(self, session: Session, host: str) -> None:
+        """Count a process killed for memory in ``status_data["oom"]`` and tell the watchers."""
+        now = time.time()
+        store = self.core.require_store()
+
+        def noting() -> Session:
+            with store.edit(session.id) as s:
+                if s.status in ACTIVE:
+                    count = int((s.status_data.get("oom") or {}).get("count", 0)) + 1
+                    oom = {"count": count, "last_at": now, "kernel": host}
+                    s.status_data = {**s.status_data, "oom": oom}
+            return s
+
+        updated = await asyncio.to_thread(noting)
+        notice = {
+            "kind": "oom",
+            "kernel": host,
+            "at": now,
+            "message": f"a process in {host} was killed: out of memory (the session goes on)",
+        }
+        self.core.hub.publish(updated, notice=notice)

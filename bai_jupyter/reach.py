@@ -1,0 +1,104 @@
+"""How a kernel provisioner reaches a manager: in this process, over HTTP, or embedded.
+
+In this order: the manager a bai server extension registered in this process;
+the REST API at ``BAI_JUPYTER_URL``; else one embedded in this process on the
+shared default store, on an event-loop thread of its own, whose scheduling loop
+and engine watcher keep running whatever the caller's loop does (``run_sync``
+front ends such as ``jupyter console`` and nbclient run theirs only while they
+wait). Every path gives the same :class:`~bai_jupyter.api.SessionsAPI`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import TYPE_CHECKING
+
+from traitlets.config import Config
+
+from .api import SessionsAPI
+from .errors import BaiError, Unavailable
+from .loop_thread import LoopThread
+from .registry import current_manager, kernel_owner, local_owner
+
+if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
+    from .manager import BaiSessionManager
+
+__all__ = ["find_sessions", "stop_embedded_manager"]
+
+#: How long the process's exit waits for the embedded manager to finish its work.
+_EMBEDDED_STOP_TIMEOUT = 30.0
+
+
+class _Embedded:
+    """This process's own manager, started on a loop thread of its own."""
+
+    def __init__(self, config: Config) -> None:
+        from .manager import BaiSessionManager
+
+        self.thread = LoopThread("bai-jupyter-embedded-manager")
+        self.manager: BaiSessionManager = BaiSessionManager(config=config)
+        self.started = self.thread.submit(self.manager.start())
+
+    def stop(self) -> None:
+        """Stop the manager (sessions keep running), then the loop."""
+        if self.started.done() and self.started.exception() is None:
+            self.thread.submit(self.manager.stop()).result(_EMBEDDED_STOP_TIMEOUT)
+        self.thread.stop(_EMBEDDED_STOP_TIMEOUT)
+
+
+_embedded: _Embedded | None = None
+_embedded_lock = threading.Lock()
+
+
+async def _embedded_sessions(config: Config, owner: str) -> SessionsAPI:
+    from .manager import ScopedManager
+
+    global _embedded
+    with _embedded_lock:
+        if _embedded is None:
+            _embedded = _Embedded(config)
+            # Before the interpreter stops worker threads (plain atexit is too late: the
+            # manager's last engine and store calls need them). Registered after
+            # concurrent.futures' own hook (imported above), so it runs before that one.
+            threading._register_atexit(stop_embedded_manager)  # type: ignore[attr-defined]
+        embedded = _embedded
+    try:
+        await asyncio.wrap_future(embedded.started)
+    except Exception as exc:
+        # Dropped, so that the next launch tries again (e.g. once the store is fixed).
+        await asyncio.to_thread(stop_embedded_manager, embedded)
+        if isinstance(exc, BaiError):
+            raise
+        raise Unavailable(f"the embedded bai-jupyter session manager did not start: {exc}") from exc
+    return ScopedManager(embedded.manager, owner, thread=embedded.thread)
+
+
+def stop_embedded_manager(only: _Embedded | None = None) -> None:
+    """Stop this process's embedded manager, if one runs (at exit, or when it failed to start).
+
+    With ``only``, just that one: a newer manager another launch made meanwhile stays.
+    """
+    global _embedded
+    with _embedded_lock:
+        if only is not None and _embedded is not only:
+            return  # already dropped, and stopped, by the launch that replaced it
+        embedded, _embedded = _embedded, None
+    if embedded is not None:
+        embedded.stop()
+
+
+async def find_sessions(config: Config) -> tuple[SessionsAPI, str]:
+    """The manager to use and a word for the log: in-process, remote, or embedded."""
+    from .manager import ScopedManager
+
+    manager = current_manager()
+    if manager is not None:
+        return ScopedManager(manager, kernel_owner()), "the server's own manager"
+    url = os.environ.get("BAI_JUPYTER_URL")
+    if url:
+        from .client import RemoteManager
+
+        return RemoteManager.from_env(), f"the bai-jupyter server at {url}"
+    return await _embedded_sessions(config, local_owner()), "a manager embedded in this process"

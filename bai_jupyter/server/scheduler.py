@@ -1,0 +1,23 @@
+"""``/bai/api/v1/scheduler``: each resource group's settings and its pending queue, in order.
+
+A user sees the whole queue's length and order, with why each of their own
+sessions waits; other users' sessions only as positions (all, for an admin).
+"""
+
+from __future__ import annotations
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from .base import BaiHandler
+
+__all__ = ["SchedulerHandler"]
+
+
+class SchedulerHandler(BaiHandler):
+    """Per resource group: its scheduler settings and pending queue, with why each waits."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.write_json({"resource_groups": await self.api.queue()})

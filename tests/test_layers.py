@@ -1,0 +1,180 @@
+"""The layout keeps the architecture (docs/architecture.md): one direction of calls, no circle.
+
+Read from the source (module-level imports; those under ``if TYPE_CHECKING:`` and
+inside functions are not load-time dependencies), so a new import that breaks a
+rule fails here with the module that made it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bai_jupyter.api import SessionsAPI
+from bai_jupyter.client import RemoteManager
+from bai_jupyter.manager import ScopedManager
+
+PACKAGE = Path(__file__).resolve().parent.parent / "bai_jupyter"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+
+
+def _load_time_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Imports run when the module loads: top level, and in top-level ``if``/``try``."""
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and not _is_type_checking(node):
+            stack.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            stack.extend(node.body + node.orelse + node.finalbody)
+            for handler in node.handlers:
+                stack.extend(handler.body)
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module → the modules of this package it imports at load time."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in _load_time_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = package.split(".")
+                if node.level:
+                    base = base[: len(base) - node.level + 1]
+                    prefix = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    prefix = node.module or ""
+                # ``from x import y``: y may be a submodule of x, else a name in x.
+                targets = [
+                    f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in modules else prefix
+                    for a in node.names
+                ]
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _reaches(start: str, prefixes: tuple[str, ...]) -> list[str]:
+    """A load-time import path from ``start`` into any module under ``prefixes``, or []."""
+    seen = {start}
+    paths = [[start]]
+    while paths:
+        path = paths.pop()
+        for nxt in sorted(GRAPH[path[-1]]):
+            if nxt.startswith(prefixes):
+                return [*path, nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                paths.append([*path, nxt])
+    return []
+
+
+def _cycle() -> list[str]:
+    """One circle of load-time imports, or []: a depth-first search for a back edge."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str]:
+        state[module] = 1
+        path.append(module)
+        for nxt in sorted(GRAPH[module]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[module] = 2
+        return []
+
+    for module in sorted(GRAPH):
+        if module not in state and (found := visit(module)):
+            return found
+    return []
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No circle: following imports from any module never leads back to it."""
+    assert _cycle() == [], " → ".join(_cycle())
+
+
+def _under(prefix: str) -> list[str]:
+    return sorted(m for m in GRAPH if m == prefix or m.startswith(prefix + "."))
+
+
+_STORE = "bai_jupyter.store"
+_SCHEDULER = "bai_jupyter.scheduler"
+_MANAGER = "bai_jupyter.manager"
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        # Front ends reach the manager only through its API (the server extension owns
+        # one, so it may import the manager, never what lies behind it).
+        ("bai_jupyter.server", (_STORE, _SCHEDULER)),
+        ("bai_jupyter.provisioner", (_STORE, _SCHEDULER, _MANAGER)),
+        ("bai_jupyter.magics", (_STORE, _SCHEDULER, _MANAGER)),
+        ("bai_jupyter.widgets", (_STORE, _SCHEDULER, _MANAGER)),
+        ("bai_jupyter.sessions_model", (_STORE, _SCHEDULER, _MANAGER)),
+        ("bai_jupyter.client", (_STORE, _SCHEDULER, _MANAGER)),
+    ],
+)
+def test_front_ends_use_only_the_api(layer: str, forbidden: tuple[str, ...]) -> None:
+    for module in _under(layer):
+        wrong = sorted(t for t in GRAPH[module] if t.startswith(forbidden))
+        assert not wrong, f"{module} imports {wrong}: front ends use bai_jupyter.api"
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        # The scheduler decides; it never touches an engine, directly or not.
+        (_SCHEDULER, ("bai_jupyter.agents", _MANAGER, "bai_jupyter.server")),
+        # Agents act; they never touch the store or the scheduler.
+        ("bai_jupyter.agents", (_STORE, _SCHEDULER, _MANAGER, "bai_jupyter.server")),
+        # The runtime runs in the kernel with nothing of ours but itself.
+        ("bai_jupyter.runtime", ("bai_jupyter.",)),
+    ],
+)
+def test_lower_layers_never_call_up(layer: str, forbidden: tuple[str, ...]) -> None:
+    for module in _under(layer):
+        for target in GRAPH[module]:
+            if target == layer or target.startswith(layer + "."):
+                continue
+            path = [target] if target.startswith(forbidden) else _reaches(target, forbidden)
+            assert not path, f"{layer} must not reach {forbidden}: {' → '.join([module, *path])}"
+
+
+def test_both_doors_are_the_same_api() -> None:
+    """The manager in process and the one over HTTP offer one API (checked by mypy too)."""
+
+    def in_process(api: ScopedManager) -> SessionsAPI:
+        return api
+
+    def over_http(api: RemoteManager) -> SessionsAPI:
+        return api
+
+    names = {n for n in dir(SessionsAPI) if not n.startswith("_")}
+    for cls in (ScopedManager, RemoteManager):
+        assert names <= set(dir(cls)), names - set(dir(cls))
