@@ -209,7 +209,7 @@ def test_exec_shows_a_line_longer_than_the_readers_limit(shell: InteractiveShell
 
 def test_loop_thread_runs_inside_a_running_event_loop() -> None:
     """What an ipykernel does: the magic is called while the main thread's loop runs."""
-    loop = LoopThread()
+    loop = LoopThread("bai-jupyter-magics")
 
     async def inner() -> str:
         await asyncio.sleep(0)

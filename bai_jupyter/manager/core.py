@@ -15,6 +15,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from traitlets.config import LoggingConfigurable
+
 from ..agents.base import AgentBackend
 from ..errors import NotFound, Timeout, Unavailable
 from ..model import TRANSITIONS, Kernel, Session, Status
@@ -76,8 +78,8 @@ def find_kernel(session: Session, hostname: str) -> Kernel:
 class Core:
     """The store, the connected agents, the resource groups, events and background tasks."""
 
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-        self.log = log
+    def __init__(self, owner: LoggingConfigurable) -> None:
+        self._owner = owner
         self.store: Store | None = None
         self.agents: dict[str, AgentBackend] = {}
         self.groups: dict[str, GroupScheduler] = {}
@@ -87,6 +89,12 @@ class Core:
         #: The long-running loops among them (cancelled on stop, not awaited).
         self.loops: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
+
+    @property
+    def log(self) -> logging.Logger | logging.LoggerAdapter[Any]:
+        """The manager's log (its ``log`` trait may be set after it was made)."""
+        log: logging.Logger | logging.LoggerAdapter[Any] = self._owner.log
+        return log
 
     # --- tasks and the scheduler's wake-up ---------------------------------------------------
 

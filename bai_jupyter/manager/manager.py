@@ -134,7 +134,7 @@ class BaiSessionManager(LoggingConfigurable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.core = Core(self.log)
+        self.core = Core(self)
         #: Extra environment of every kernel, from (session id, agent id); not stored with
         #: the session. The server extension gives kernels its address and a session token.
         self.kernel_env_hook: Callable[[str, str], Mapping[str, str]] | None = None
@@ -156,6 +156,11 @@ class BaiSessionManager(LoggingConfigurable):
     def store(self) -> Store | None:
         """The store, once started."""
         return self.core.store
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` has finished (agents known, reconciled, loops running)."""
+        return self._started
 
     # --- lifecycle of the manager -----------------------------------------------------------
 

@@ -215,7 +215,7 @@ class BaiJupyterApp(ExtensionApp):
     ) -> SessionsAPI:
         """The door a handler's caller gets to the manager: their own sessions and templates
         (everyone's sessions for an admin); ``parent``: the caller's kernel-token session."""
-        if self.manager is None:
+        if self.manager is None or not self.manager.started:
             raise Unavailable("the session manager is not started")
         return ScopedManager(self.manager, owner, is_admin, parent)
 
