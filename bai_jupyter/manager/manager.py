@@ -23,19 +23,20 @@ from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend, AgentError
 from ..agents.factory import make_agents
-from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
-from ..model import Agent, ExecResult, KernelRole, Session, Status
+from ..errors import Conflict, Unavailable
+from ..model import Agent, ExecResult, Session, Status
 from ..mounts import MountPolicy
-from ..request import SpecError, Template, apply_template, parse_service_ports
-from ..resources import ResourceError, ResourceSlot
-from ..runtime.protocol import DEFAULT_IMAGE, ServicePort
-from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
-from ..store import NameConflict, Store, Transaction
+from ..resources import ResourceSlot
+from ..runtime.protocol import DEFAULT_IMAGE
+from ..store import Store, Transaction
+from .admission import Admission
 from .core import Core, find_kernel
 from .lifecycle import Lifecycle
 from .mount_check import MountCheck
 from .reconcile import Reconciler
 from .scheduling import Scheduling, load_groups
+from .services import ServicePorts
+from .templates import Templates
 from .tokens import KernelTokens
 from .views import agents_view, queue_view
 from .watch import KernelWatcher
@@ -148,6 +149,9 @@ class BaiSessionManager(LoggingConfigurable):
         self.reconciler = Reconciler(self.core, self, self.lifecycle)
         self.scheduling = Scheduling(self.core, self.lifecycle.start)
         self.kernel_tokens = KernelTokens(self.core)
+        self.admission = Admission(self.core, self, self.mounts)
+        self.service_ports = ServicePorts(self.core)
+        self.templates = Templates(self.core)
         #: Host ports kernels may reach (see allow_host_ports).
         self._host_ports: list[int] = []
         self._started = False
@@ -275,77 +279,7 @@ class BaiSessionManager(LoggingConfigurable):
         """Validate a request (over a template), enqueue it, and return the PENDING session.
 
         ``dry_run``: every check, defaults filled in, nothing stored or started."""
-        core = self.core
-        store = core.require_store()
-        tmpl = None
-        if template is not None:
-            tmpl = await core.query(lambda tx: tx.get_template(template, owner))
-            if tmpl is None:
-                raise NotFound(f"no template named {template!r}")
-        try:
-            spec = apply_template(tmpl, request)
-        except (SpecError, ResourceError) as exc:
-            raise InvalidRequest(str(exc)) from exc
-        if spec.image is None:
-            spec.image = self.default_image
-        group = core.groups.get(spec.resource_group)
-        if group is None:
-            raise InvalidRequest(
-                f"resource_group: no group {spec.resource_group!r} "
-                f"(groups: {', '.join(sorted(core.groups))})"
-            )
-        try:
-            # Every kernel holds real slots: the group's defaults fill what is left out.
-            spec.resources = group.config.kernel_resources(spec.resources)
-        except ResourceError as exc:
-            raise InvalidRequest(str(exc)) from exc
-        await self._check_image(spec.image, spec.resource_group)
-        try:
-            await asyncio.to_thread(self.mounts.resolve, spec.mounts, owner, False)
-        except ValueError as exc:
-            raise InvalidRequest(f"mounts: {exc}") from exc
-        resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
-        spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
-        session = Session.create(spec, owner, time.time())
-        session.meta = dict(meta or {})
-        try:
-            await asyncio.to_thread(enqueue, store, session, dry_run)
-        except (NeverFits, UnknownDependency) as exc:
-            raise InvalidRequest(str(exc)) from exc
-        except NameConflict as exc:
-            raise Conflict(str(exc)) from exc
-        if not dry_run:
-            core.hub.publish(session)
-            core.wake()
-        return session
-
-    async def _check_image(self, image: str, group: str) -> None:
-        """Refuse at once an image no agent of the group has (no registry is asked at start)."""
-        agents = [a for a in self.core.agents.values() if a.resource_group == group]
-        failures = []
-        for agent in agents:
-            try:
-                if await agent.has_image(image):
-                    return
-            except AgentError as exc:
-                failures.append(str(exc))
-        if failures:
-            raise Unavailable("; ".join(failures))
-        if agents:
-            hint = (
-                "build it: bai-jupyter image build"
-                if image == self.default_image
-                else ("pull or build it on the agents first")
-            )
-            raise InvalidRequest(
-                f"image: {image} is on no agent of resource group {group!r}; {hint}"
-            )
-
-    async def _resolve_id(self, key: str, owner: str) -> str:
-        session = await self.core.query(lambda tx: tx.get_session(key, owner))
-        if session is None:
-            raise InvalidRequest(f"depends_on: {owner} has no session {key!r}")
-        return session.id
+        return await self.admission.create(request, owner, template, meta, dry_run)
 
     async def get(self, key: str, owner: str | None = None) -> Session:
         """A session by id or by name (names need the owner); NotFound otherwise."""
@@ -446,82 +380,14 @@ class BaiSessionManager(LoggingConfigurable):
     async def add_service_port(
         self, key: str, service_port: str, owner: str | None = None
     ) -> Session:
-        """Declare a service port of a RUNNING session's main1 after start, for the proxy.
-
-        Works where the agent reaches main1 at its own address (any port); a published
-        container cannot gain a port (Docker cannot publish on a running container)."""
-        try:
-            (spec,) = parse_service_ports([service_port], "service_port")
-        except SpecError as exc:
-            raise InvalidRequest(str(exc)) from exc
-        service = ServicePort.parse(spec)
-        session = await self.get(key, owner)
-        if session.status is not Status.RUNNING:
-            raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
-        if service.name in {s.name for s in session.spec.services}:
-            raise Conflict(f"session {session.id} already has a service {service.name!r}")
-        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
-        agent = self.core.agent_of(main)
-        reached = agent.late_port(service.port)
-        if reached is None:
-            raise Conflict(
-                f"session {session.id}: agent {agent.id} publishes main1's ports and cannot "
-                "add one to a running container; declare the port when creating the session "
-                "(service_ports, or --service-port on the kernelspec)"
-            )
-        try:
-            parse_service_ports([*session.spec.service_ports, spec])
-        except SpecError as exc:
-            raise InvalidRequest(str(exc)) from exc
-
-        def adding(s: Session) -> None:
-            if s.status is not Status.RUNNING:
-                raise Unavailable(f"session {s.id} is {s.status.value}, not RUNNING")
-            if service.name in {p.name for p in s.spec.services}:
-                raise Conflict(f"session {s.id} already has a service {service.name!r}")
-            s.spec.service_ports = [*s.spec.service_ports, spec]
-            for kernel in s.kernels:
-                if kernel.role is KernelRole.MAIN:
-                    ports = {**kernel.info.get("ports", {}), f"service:{service.name}": reached}
-                    kernel.info = {**kernel.info, "ports": ports}
-
-        return await self.core.edit(session.id, adding)
+        """Declare ``name:proto:port`` on a RUNNING session's main1, for the proxy."""
+        return await self.service_ports.add(key, service_port, owner)
 
     def events(self) -> AsyncIterator[dict[str, Any]]:
         """Session status changes as they happen (until the caller stops iterating)."""
         return self.core.hub.events()
 
     # --- templates ----------------------------------------------------------------------------
-
-    async def list_templates(self, owner: str | None) -> list[Template]:
-        """Shared templates and ``owner``'s own."""
-        return await self.core.query(lambda tx: tx.list_templates(owner))
-
-    async def get_template(self, name: str, owner: str | None) -> Template:
-        """``owner``'s template of that name, else the shared one; NotFound otherwise."""
-        found = await self.core.query(lambda tx: tx.get_template(name, owner))
-        if found is None:
-            raise NotFound(f"no template named {name!r}")
-        return found
-
-    async def put_template(self, template: Template, replace: bool = True) -> Template:
-        """Store a template; without ``replace``, Conflict when its owner has one of that name."""
-
-        def put(tx: Transaction) -> bool:
-            existing = tx.get_template(template.name, template.owner)
-            if not replace and existing is not None and existing.owner == template.owner:
-                return False
-            tx.put_template(template)
-            return True
-
-        if not await self.core.db(put):
-            raise Conflict(f"a template named {template.name!r} exists: PUT it to replace it")
-        return template
-
-    async def delete_template(self, name: str, owner: str | None) -> None:
-        """Remove ``owner``'s template of that name (``None``: the shared one)."""
-        if not await self.core.db(lambda tx: tx.delete_template(name, owner)):
-            raise NotFound(f"no {'' if owner else 'shared '}template named {name!r}")
 
     # --- views of the agents and the queue ----------------------------------------------------
 

@@ -163,10 +163,10 @@ class ScopedManager:
     # --- templates ----------------------------------------------------------------------------
 
     async def list_templates(self) -> list[Template]:
-        return await self._run(self.manager.list_templates(self.owner))
+        return await self._run(self.manager.templates.list(self.owner))
 
     async def get_template(self, name: str) -> Template:
-        return await self._run(self.manager.get_template(name, self.owner))
+        return await self._run(self.manager.templates.get(name, self.owner))
 
     async def _template(
         self, name: str, spec: Mapping[str, Any], description: str, shared: bool
@@ -190,18 +190,18 @@ class ScopedManager:
         self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False
     ) -> Template:
         template = await self._template(name, spec, description, shared)
-        return await self._run(self.manager.put_template(template, replace=False))
+        return await self._run(self.manager.templates.put(template, replace=False))
 
     async def put_template(
         self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False
     ) -> Template:
         template = await self._template(name, spec, description, shared)
-        return await self._run(self.manager.put_template(template))
+        return await self._run(self.manager.templates.put(template))
 
     async def delete_template(self, name: str, shared: bool = False) -> None:
         if shared and not await self.is_admin("write"):
             raise Forbidden("only an admin may delete shared templates")
-        await self._run(self.manager.delete_template(name, None if shared else self.owner))
+        await self._run(self.manager.templates.delete(name, None if shared else self.owner))
 
     # --- views --------------------------------------------------------------------------------
 

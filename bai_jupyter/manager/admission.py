@@ -1,0 +1,115 @@
+"""Admission: a request validated (over a template), given its defaults, and enqueued."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from ..agents.base import AgentError
+from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
+from ..model import Session
+from ..request import SpecError, apply_template
+from ..resources import ResourceError
+from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
+from ..store import NameConflict
+from .core import Core
+from .mount_check import MountCheck
+
+
+class AdmissionSettings(Protocol):
+    @property
+    def default_image(self) -> str: ...
+
+
+class Admission:
+    """Checks a request completely before it is stored, so nothing doomed ever queues."""
+
+    def __init__(self, core: Core, settings: AdmissionSettings, mounts: MountCheck) -> None:
+        self.core = core
+        self.settings = settings
+        self.mounts = mounts
+
+    async def create(
+        self,
+        request: Mapping[str, Any],
+        owner: str,
+        template: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> Session:
+        """Validate a request (over a template), enqueue it, and return the PENDING session.
+
+        ``dry_run``: every check, defaults filled in, nothing stored or started."""
+        core = self.core
+        store = core.require_store()
+        tmpl = None
+        if template is not None:
+            tmpl = await core.query(lambda tx: tx.get_template(template, owner))
+            if tmpl is None:
+                raise NotFound(f"no template named {template!r}")
+        try:
+            spec = apply_template(tmpl, request)
+        except (SpecError, ResourceError) as exc:
+            raise InvalidRequest(str(exc)) from exc
+        if spec.image is None:
+            spec.image = self.settings.default_image
+        group = core.groups.get(spec.resource_group)
+        if group is None:
+            raise InvalidRequest(
+                f"resource_group: no group {spec.resource_group!r} "
+                f"(groups: {', '.join(sorted(core.groups))})"
+            )
+        try:
+            # Every kernel holds real slots: the group's defaults fill what is left out.
+            spec.resources = group.config.kernel_resources(spec.resources)
+        except ResourceError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        await self._check_image(spec.image, spec.resource_group)
+        try:
+            await asyncio.to_thread(self.mounts.resolve, spec.mounts, owner, False)
+        except ValueError as exc:
+            raise InvalidRequest(f"mounts: {exc}") from exc
+        resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
+        spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
+        session = Session.create(spec, owner, time.time())
+        session.meta = dict(meta or {})
+        try:
+            await asyncio.to_thread(enqueue, store, session, dry_run)
+        except (NeverFits, UnknownDependency) as exc:
+            raise InvalidRequest(str(exc)) from exc
+        except NameConflict as exc:
+            raise Conflict(str(exc)) from exc
+        if not dry_run:
+            core.hub.publish(session)
+            core.wake()
+        return session
+
+    async def _check_image(self, image: str, group: str) -> None:
+        """Refuse at once an image no agent of the group has (no registry is asked at start)."""
+        agents = [a for a in self.core.agents.values() if a.resource_group == group]
+        failures = []
+        for agent in agents:
+            try:
+                if await agent.has_image(image):
+                    return
+            except AgentError as exc:
+                failures.append(str(exc))
+        if failures:
+            raise Unavailable("; ".join(failures))
+        if agents:
+            hint = (
+                "build it: bai-jupyter image build"
+                if image == self.settings.default_image
+                else ("pull or build it on the agents first")
+            )
+            raise InvalidRequest(
+                f"image: {image} is on no agent of resource group {group!r}; {hint}"
+            )
+
+    async def _resolve_id(self, key: str, owner: str) -> str:
+        session = await self.core.query(lambda tx: tx.get_session(key, owner))
+        if session is None:
+            raise InvalidRequest(f"depends_on: {owner} has no session {key!r}")
+        return session.id

@@ -1,0 +1,225 @@
+"""The OpenAPI description's building blocks: the request and session schemas, and helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import ClusterMode, SessionType, Status
+from ..request import FIELDS, NAME_RE
+from ..request.bounds import (
+    MAX_BATCH_TIMEOUT,
+    MAX_CLUSTER_SIZE,
+    MAX_COMMAND,
+    MAX_DEPENDS_ON,
+    MAX_ENV,
+    MAX_MOUNTS,
+    MAX_PRIORITY,
+    MAX_SERVICE_PORTS,
+    MAX_TIMESTAMP,
+)
+from .kernel_runs import MODES
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def json_content(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def reply(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"description": description, **(json_content(schema) if schema else {})}
+
+
+ERRORS = {
+    "400": reply("invalid input: the message names the field and what to fix", ref("Error")),
+    "403": reply("not authenticated, or not authorized for this resource", ref("Error")),
+    "404": reply("no such session (of yours), template or kernel", ref("Error")),
+    "409": reply("name taken, or the session is in the wrong state", ref("Error")),
+    "413": reply("the body is over BaiJupyterApp.max_body_size", ref("Error")),
+    "503": reply("not ready (session not RUNNING, manager not started); retry", ref("Error")),
+}
+
+NULLABLE_STRING = {"type": "string", "nullable": True}
+FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "image": NULLABLE_STRING,
+    "name": {"type": "string", "pattern": f"^{NAME_RE.pattern}$", "nullable": True},
+    "type": {"type": "string", "enum": [t.value for t in SessionType], "nullable": True},
+    "resources": {
+        "type": "object",
+        "nullable": True,
+        "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+    },
+    "cluster_size": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_CLUSTER_SIZE,
+        "nullable": True,
+    },
+    "cluster_mode": {"type": "string", "enum": [m.value for m in ClusterMode], "nullable": True},
+    "resource_group": NULLABLE_STRING,
+    "priority": {"type": "integer", "minimum": 0, "maximum": MAX_PRIORITY, "nullable": True},
+    "depends_on": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": MAX_DEPENDS_ON,
+        "nullable": True,
+    },
+    "starts_at": {"type": "number", "minimum": 0, "maximum": MAX_TIMESTAMP, "nullable": True},
+    "startup_command": {"type": "string", "maxLength": MAX_COMMAND, "nullable": True},
+    "batch_timeout": {
+        "type": "number",
+        "exclusiveMinimum": True,
+        "minimum": 0,
+        "maximum": MAX_BATCH_TIMEOUT,
+        "nullable": True,
+    },
+    "env": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "maxProperties": MAX_ENV,
+        "nullable": True,
+    },
+    "mounts": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": MAX_MOUNTS,
+        "nullable": True,
+    },
+    "service_ports": {
+        "type": "array",
+        "items": {"type": "string"},
+        "maxItems": MAX_SERVICE_PORTS,
+        "nullable": True,
+    },
+}
+assert set(FIELD_SCHEMAS) == set(FIELDS), "the OpenAPI request schema drifted from FIELDS"
+
+
+def spec_fields() -> dict[str, Any]:
+    return {
+        name: {**schema, "description": FIELDS[name].help} for name, schema in FIELD_SCHEMAS.items()
+    }
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {
+            "error": {"type": "string", "description": "stable code, e.g. invalid-request"},
+            "message": {"type": "string", "description": "what is wrong and what to do"},
+        },
+    },
+    "SessionRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **spec_fields(),
+            "template": {
+                "type": "string",
+                "nullable": True,
+                "description": "name of a template whose fields this request overrides",
+            },
+            "meta": {"type": "object", "nullable": True, "description": "front ends' facts"},
+        },
+    },
+    "Session": {
+        "type": "object",
+        "required": ["id", "owner", "status", "spec", "kernels", "services"],
+        "properties": {
+            "id": {"type": "string"},
+            "name": {"type": "string", "nullable": True},
+            "owner": {"type": "string"},
+            "created_at": {"type": "number"},
+            "status": {"type": "string", "enum": [s.value for s in Status]},
+            "status_info": {"type": "string", "nullable": True},
+            "status_data": {
+                "type": "object",
+                "description": "while pending: scheduler: {retries, last_try, "
+                "failed_predicates, msg}; after a failed start: error",
+            },
+            "status_history": {"type": "array", "items": {"type": "object"}},
+            "result": {"type": "string", "enum": ["UNDEFINED", "SUCCESS", "FAILURE"]},
+            "exit_code": {"type": "integer", "nullable": True},
+            "spec": {"type": "object"},
+            "kernels": {"type": "array", "items": {"type": "object"}},
+            "meta": {"type": "object"},
+            "services": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "protocol": {"type": "string"},
+                        "port": {"type": "integer"},
+                        "url": {"type": "string", "nullable": True},
+                    },
+                },
+            },
+        },
+    },
+    "Template": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "pattern": f"^{NAME_RE.pattern}$"},
+            "spec": {"type": "object", "properties": spec_fields(), "additionalProperties": False},
+            "description": {"type": "string"},
+            "shared": {"type": "boolean", "description": "for every user (admins only)"},
+        },
+    },
+    "ExecuteRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "code": {
+                "type": "string",
+                "description": "code; a shell command in batch mode; the input text in input mode",
+            },
+            "mode": {"type": "string", "enum": list(MODES)},
+            "run_id": {"type": "string", "minLength": 1, "maxLength": 64},
+        },
+    },
+    "ExecuteReply": {
+        "type": "object",
+        "required": ["run_id", "status", "exit_code", "console"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "status": {"type": "string", "enum": ["finished", "continued", "waiting-input"]},
+            "exit_code": {"type": "integer", "nullable": True},
+            "console": {
+                "type": "array",
+                "description": "[kind, data] items: stdout, stderr (text); media, result "
+                "({data: {mime: value}, metadata}); error ({ename, evalue, traceback}); clear",
+                "items": {"type": "array", "minItems": 2, "maxItems": 2},
+            },
+            "prompt": {"type": "object", "description": "with waiting-input: {prompt, password}"},
+        },
+    },
+}
+
+
+def path_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": description,
+    }
+
+
+def query_param(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", **schema},
+        "description": description,
+    }
+
+
+def operation(summary: str, ok: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"summary": summary, "responses": {**ok, **ERRORS}, **extra}

@@ -1,0 +1,17 @@
+"""What the store refuses, and why."""
+
+from __future__ import annotations
+
+__all__ = ["NameConflict", "StoreError", "StoreVersionError"]
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as it is; the message says what to do."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a bai-jupyter with another schema version."""
+
+
+class NameConflict(StoreError):
+    """The owner already has a live session with that name."""

@@ -1,0 +1,98 @@
+"""The store's tables (SQLAlchemy Core) and their schema version."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+#: Bump with every change of the tables below (and teach :meth:`Store._migrate` the step).
+SCHEMA_VERSION = 1
+
+metadata = sa.MetaData()
+
+meta_table = sa.Table(
+    "bai_meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
+)
+
+sessions_table = sa.Table(
+    "bai_sessions",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("owner", sa.String(256), nullable=False, index=True),
+    sa.Column("name", sa.String(64), nullable=True),
+    sa.Column("resource_group", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("status_info", sa.String(256), nullable=True),
+    sa.Column("status_data", sa.JSON, nullable=False),
+    sa.Column("result", sa.String(16), nullable=False),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    #: Front ends' facts about the session (e.g. the Jupyter kernel id behind it).
+    sa.Column("meta", sa.JSON, nullable=False, default=dict),
+    sa.Index("ix_bai_sessions_group_status", "resource_group", "status"),
+)
+
+kernels_table = sa.Table(
+    "bai_kernels",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column(
+        "session_id",
+        sa.String(32),
+        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("role", sa.String(8), nullable=False),
+    sa.Column("cluster_idx", sa.Integer, nullable=False),
+    sa.Column("hostname", sa.String(64), nullable=False),
+    sa.Column("slots", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("status_info", sa.String(256), nullable=True),
+    sa.Column("agent_id", sa.String(128), nullable=True, index=True),
+    sa.Column("container_id", sa.String(128), nullable=True),
+    #: Where the kernel can be reached (host, ports, connection info), set when it starts.
+    sa.Column("info", sa.JSON, nullable=False, default=dict),
+    #: The kernel's output, kept when its container is removed (batch logs after the end).
+    sa.Column("logs", sa.Text, nullable=True),
+)
+
+agents_table = sa.Table(
+    "bai_agents",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("resource_group", sa.String(64), nullable=False, index=True),
+    sa.Column("backend", sa.String(16), nullable=False),
+    sa.Column("address", sa.String(512), nullable=True),
+    sa.Column("capacity", sa.JSON, nullable=False),
+    sa.Column("occupied", sa.JSON, nullable=False),
+    sa.Column("schedulable", sa.Boolean, nullable=False),
+)
+
+templates_table = sa.Table(
+    "bai_templates",
+    metadata,
+    sa.Column("owner", sa.String(256), primary_key=True),  # "" = shared by everyone
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("spec", sa.JSON, nullable=False),
+)
+
+history_table = sa.Table(
+    "bai_status_history",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "session_id",
+        sa.String(32),
+        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("info", sa.String(256), nullable=True),
+)
