@@ -5,7 +5,7 @@
 #
 # After sourcing:
 #   * ROOT / BAI_ROOT  the repository root (absolute, symlinks resolved)
-#   * .venv exists, has a working python, and holds `pip install -e ".[dev,lab]"`
+#   * .venv exists, has a working python, and holds `pip install -e ".[dev,lab,hub]"`
 #   * PATH starts with $ROOT/.venv/bin, VIRTUAL_ENV points at .venv
 #   * a Docker engine answers and the default kernel image is built
 #     (as root, installing docker.io/debootstrap when missing; see bai_setup_docker)
@@ -222,7 +222,7 @@ _bai_setup() {
         fi
         _bai_say "installing bai-jupyter ($why)"
         rm -f "$stamp"
-        _bai_quiet "$log" "$py" -m pip install -q -e "${BAI_ROOT}[dev,lab]" || return 1
+        _bai_quiet "$log" "$py" -m pip install -q -e "${BAI_ROOT}[dev,lab,hub]" || return 1
         printf '%s\n' "$want" >"$stamp"
     else
         _bai_say ".venv up to date"

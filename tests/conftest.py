@@ -7,9 +7,11 @@ Outside CI a test that needs Docker skips when no engine answers; with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -97,3 +99,43 @@ def browser(tmp_path: Path) -> Iterator[Any]:
             yield context
         finally:
             context.close()
+
+
+# --- the store on SQLite and on PostgreSQL --------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """An SQLAlchemy URL of a PostgreSQL server the tests may create databases in
+    (``scripts/test`` starts a private one and sets ``BAI_TEST_POSTGRES_URL``)."""
+    url = os.environ.get("BAI_TEST_POSTGRES_URL", "")
+    if not url:
+        skip_or_fail("no PostgreSQL: BAI_TEST_POSTGRES_URL is not set (./scripts/test sets it)")
+    return url
+
+
+@contextlib.contextmanager
+def postgres_database(server_url: str) -> Iterator[str]:
+    """A new, empty database on ``server_url`` for one test; dropped afterwards."""
+    import sqlalchemy as sa
+
+    name = f"bai_test_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield sa.make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh store's URL: an SQLite file, and a new PostgreSQL database (both run)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.sqlite'}"
+        return
+    with postgres_database(request.getfixturevalue("postgres_server")) as url:
+        yield url

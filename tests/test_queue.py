@@ -37,9 +37,9 @@ def url_of(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    """A fresh store on a SQLite file, closed after the test."""
-    opened = Store(url_of(tmp_path))
+def store(store_url: str) -> Iterator[Store]:
+    """A fresh store, on SQLite and on PostgreSQL, closed after the test."""
+    opened = Store(store_url)
     yield opened
     opened.close()
 
@@ -344,9 +344,9 @@ def _worker(
         results.put((index, 0, 0, traceback.format_exc()))
 
 
-def test_two_processes_never_double_allocate(tmp_path: Path) -> None:
+def test_two_processes_never_double_allocate(store_url: str) -> None:
     """Concurrent passes in two processes: no slot given twice, no session placed twice."""
-    url = url_of(tmp_path)
+    url = store_url
     store = Store(url)
     put_agents(store, *AGENTS)
     for i in range(12):  # demand well above the 12 cpus there are, from the start

@@ -48,9 +48,9 @@ def url_of(path: Path) -> str:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    """A fresh store on a SQLite file, closed after the test."""
-    opened = Store(url_of(db_path(tmp_path)))
+def store(store_url: str) -> Iterator[Store]:
+    """A fresh store, on SQLite and on PostgreSQL, closed after the test."""
+    opened = Store(store_url)
     yield opened
     opened.close()
 
