@@ -2,11 +2,11 @@
 
 Each command is a traitlets :class:`~jupyter_core.application.JupyterApp`, so
 it reads the config files the Jupyter server reads and ``c.BaiSessionManager.*``
-means the same to both. What the server's config cannot be for a console
-script is kept as ``bai-jupyter`` always did it: a mistake on the command line
-is a usage line and one ``PROG: error: …`` line on stderr with exit status 2
-(traitlets would log it and exit 1, or ignore a mistyped option), and every
-run returns an exit status instead of leaving a singleton application behind.
+means the same to both. Where a Jupyter application's manners are not a console
+script's, ``bai-jupyter`` keeps its own: a mistake on the command line is a
+usage line and one ``PROG: error: …`` line on stderr with exit status 2
+(traitlets would log it and exit 1, or ignore a mistyped option), and a run
+returns an exit status instead of leaving a singleton application behind.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from traitlets.utils.importstring import import_item
 from .. import __version__
 
 #: The aliases and flags of every command: Jupyter's, less ``--generate-config`` (it
-#: would write a command's few options over the server's ``jupyter_server_config.py``).
+#: would write a command's few options over the server's ``jupyter_server_config.py``)
+#: and its ``-y``.
 ALIASES: dict[str, Any] = {
     **base_aliases,
     "config": (
@@ -54,13 +55,6 @@ def subcommand(target: str | type[Application], help: str) -> Subcommand:
         return app_class(parent=parent)
 
     return make, help
-
-
-class _Loader(KVArgParseConfigLoader):
-    """traitlets' loader, but a mistyped option is an error, as in argparse."""
-
-    def _handle_unrecognized_alias(self, arg: str) -> None:
-        self.parser.error(f"unrecognized arguments: --{arg}")
 
 
 class BaiCommand(JupyterApp):
@@ -109,7 +103,7 @@ class BaiCommand(JupyterApp):
         flags: dict[str, Any],
         classes: list[type[Configurable]] | None,
     ) -> KVArgParseConfigLoader:
-        return _Loader(
+        return KVArgParseConfigLoader(
             argv,
             aliases,
             flags,
@@ -125,6 +119,7 @@ class BaiCommand(JupyterApp):
         args = list(sys.argv[1:] if argv is None else argv)
         if not (args and args[0] in self.subcommands):
             args = self.adapt_argv(args)
+            self._check_options(args)
             for group in self.exclusive:
                 options = {f"--{flag}" for flag in group}
                 given = list(dict.fromkeys(arg for arg in args if arg in options))
@@ -140,6 +135,18 @@ class BaiCommand(JupyterApp):
             self.usage_error(str(exc))
         if not self._dispatching:
             self._check_arguments()
+
+    def _check_options(self, args: list[str]) -> None:
+        """A mistyped option is an error, as in argparse (traitlets would warn and go on).
+
+        ``--Class.trait=value`` is any configurable's trait, as for every Jupyter app."""
+        known = {"help", "help-all", "version", *self.aliases, *self.flags}
+        for arg in args:
+            if arg == "--":
+                return
+            name = arg[2:].partition("=")[0]
+            if arg.startswith("--") and name not in known and "." not in name:
+                self.usage_error(f"unrecognized arguments: {arg}")
 
     def _check_arguments(self) -> None:
         given, wanted = self.extra_args, self.arguments
@@ -170,7 +177,7 @@ def run(app_class: type[BaiCommand], argv: list[str] | None = None) -> int:
     try:
         app.initialize(argv)
         app.start()
-    except NoStart:  # --show-config, or a parent whose subcommand returned normally
+    except NoStart:  # a subcommand showed its config (--show-config) instead of running
         return 0
     except SystemExit as exc:
         return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1

@@ -22,6 +22,9 @@ from ..manager import BaiSessionManager
 from ..resources import ResourceSlot, format_amount
 from .base import ALIASES, FLAGS, BaiCommand, subcommand
 
+#: The options that are provisioner settings as they are (resources and ports are shaped).
+_SETTINGS = ("image", "cluster_size", "cluster_mode", "template", "launch_timeout", "session")
+
 
 def agents_now(parent: Configurable | None = None) -> dict[str, ResourceSlot]:
     """The agents the manager configured under ``parent`` would have now (blocking)."""
@@ -114,23 +117,13 @@ bai-jupyter kernelspec install py-web --service-port web:http:8080
             {"KernelspecInstallApp": {"sys_prefix": False}},
             "Install for this user (the default).",
         ),
-        "sys-prefix": (
-            {"KernelspecInstallApp": {"sys_prefix": True}},
-            "Install into this Python environment.",
-        ),
+        "sys-prefix": ({"KernelspecInstallApp": {"sys_prefix": True}}, sys_prefix.help),
     }
 
     def _config(self) -> tuple[dict[str, Any], dict[str, str]]:
         """The provisioner's settings given on the command line, and the resources among them."""
         config: dict[str, Any] = {}
-        for key in (
-            "image",
-            "cluster_size",
-            "cluster_mode",
-            "template",
-            "launch_timeout",
-            "session",
-        ):
+        for key in _SETTINGS:
             if getattr(self, key) is not None:
                 config[key] = getattr(self, key)
         resources = {slot: getattr(self, slot) for slot in ("cpu", "mem") if getattr(self, slot)}
@@ -198,7 +191,7 @@ class KernelspecListApp(BaiCommand):
 
     flags = {  # noqa: RUF012 (traitlets' own class attribute)
         **FLAGS,
-        "json": ({"KernelspecListApp": {"as_json": True}}, "Print JSON instead of a table."),
+        "json": ({"KernelspecListApp": {"as_json": True}}, as_json.help),
     }
 
     def run(self) -> int:

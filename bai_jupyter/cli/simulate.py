@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from traitlets import Bool, Dict, Unicode
 
@@ -72,17 +71,12 @@ bai-jupyter simulate examples/traces/drf.json --sequencer drf --json
     }
     flags = {  # noqa: RUF012 (traitlets' own class attribute)
         **FLAGS,
-        "json": (
-            {"SimulateApp": {"as_json": True}},
-            "Print the result as JSON instead of a table.",
-        ),
+        "json": ({"SimulateApp": {"as_json": True}}, as_json.help),
     }
 
     def adapt_argv(self, argv: list[str]) -> list[str]:
-        """``--option KEY=VALUE`` as it always was: KEY trimmed, a missing ``=`` a usage error.
-
-        (traitlets would take ``--option x`` for an empty mapping's string and fail later.)
-        """
+        """``--option KEY=VALUE`` as it always was: KEY trimmed, a missing ``=`` a usage error
+        that says so (traitlets would report "expected a dict, not the list")."""
         adapted: list[str] = []
         rest = iter(argv)
         for arg in rest:
@@ -103,8 +97,7 @@ bai-jupyter simulate examples/traces/drf.json --sequencer drf --json
         return adapted
 
     def run(self) -> int:
-        options: dict[str, Any] = dict(self.options)
-        overrides = Overrides(self.sequencer, self.selector, options)
+        overrides = Overrides(self.sequencer, self.selector, dict(self.options))
         try:
             result = simulate(load_trace(self.extra_args[0]), overrides)
         except TraceError as exc:

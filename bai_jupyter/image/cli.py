@@ -108,7 +108,7 @@ class ImageBuildApp(ImageBuildAction):
 
     flags = {  # noqa: RUF012 (traitlets' own class attribute)
         **ImageBuildAction.flags,
-        "force": ({"ImageBuildApp": {"force": True}}, "rebuild even when up to date"),
+        "force": ({"ImageBuildApp": {"force": True}}, force.help),
     }
 
     def act(self) -> int:

@@ -12,7 +12,7 @@ from .recipe import KERNEL_IMAGE_DIR, PACKAGES, image_labels
 
 
 def build_online(tag: str, recipe: str, progress: Progress) -> None:
-    """Build ``tag`` with the Dockerfile, labelled with ``recipe``; the log only on failure."""
+    """Build ``tag`` with the Dockerfile, labelled ``recipe``; a failure shows the log's tail."""
     cmd = ["docker", "build", "--tag", tag, "--build-arg", f"PACKAGES={' '.join(PACKAGES)}"]
     for key, value in image_labels(recipe, "dockerfile").items():
         cmd += ["--label", f"{key}={value}"]
