@@ -80,6 +80,18 @@ def test_the_jupyter_server_config_gives_the_agents(tmp_path: Path) -> None:
     assert "the biggest agent (tiny) has cpu=2 mem=4g" in proc.stderr, proc.stderr
 
 
+def test_the_groups_minimum_in_the_config_is_kept(tmp_path: Path) -> None:
+    """Half of the agent is below the default group's min_resources: the minimum is asked."""
+    floor = {"min_resources": "cpu=1.5", "default_resources": "cpu=1.5"}
+    groups = {"default": {"options": floor}}
+    config = {"BaiSessionManager": {"agents": [AGENT], "resource_groups": groups}}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
+    proc = _install(tmp_path, "py")
+    assert proc.returncode == 0, proc.stderr
+    assert _provisioner_config(tmp_path, "py")["resources"] == {"cpu": "1.5", "mem": "2g"}
+
+
 def _bad_server_config(tmp_path: Path) -> None:
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "jupyter_server_config.json").write_text(

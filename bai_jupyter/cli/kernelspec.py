@@ -2,8 +2,9 @@
 
 ``install`` asks the manager the server would make (``BaiSessionManager`` with
 this command as its traitlets parent, so the same ``c.BaiSessionManager.*``
-config) which agents there are, to derive the resources a request leaves out
-and to warn when the request cannot run on them.
+config) which agents there are and what its default resource group's
+``min_resources`` is, to derive the resources a request leaves out and to warn
+when the request cannot run on the agents.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .. import kernelspecs
 from ..errors import BaiError
 from ..manager import BaiSessionManager
 from ..resources import ResourceSlot, format_amount
+from ..scheduler.config import SchedulerConfig, SchedulerConfigError
 from .base import ALIASES, FLAGS, BaiCommand, subcommand
 
 #: The options that are provisioner settings as they are (resources and ports are shaped).
@@ -31,6 +33,22 @@ def agents_now(parent: Configurable | None = None) -> dict[str, ResourceSlot]:
     return asyncio.run(BaiSessionManager(parent=parent).agents_now())
 
 
+def group_minimum(parent: Configurable | None = None, group: str = "default") -> ResourceSlot:
+    """The least a kernel of ``group`` may ask for: its ``min_resources``, as the manager
+    configured under ``parent`` reads ``resource_groups`` (a derived request below it
+    would be refused at launch)."""
+    conf: dict[str, Any] = BaiSessionManager(parent=parent).resource_groups.get(group) or {}
+    try:
+        config = SchedulerConfig.from_options(
+            conf.get("sequencer", "fifo"),
+            conf.get("selector", "concentrated"),
+            dict(conf.get("options") or {}),
+        )
+    except SchedulerConfigError as exc:
+        raise kernelspecs.KernelspecError(f"resource group {group!r}: {exc}") from None
+    return config.min_resources
+
+
 class KernelspecInstallApp(BaiCommand):
     """``bai-jupyter kernelspec install NAME``."""
 
@@ -40,8 +58,9 @@ class KernelspecInstallApp(BaiCommand):
         "from --template, else the manager's defaults; bad values are refused here. "
         "Without --template or --session, a --cpu or --mem left out is derived from "
         "this machine: the session asks for half of one agent, split among its kernels. "
-        "The agents are the ones the Jupyter server's config gives "
-        "(c.BaiSessionManager.agents / backend in jupyter_server_config.py, or --config FILE)."
+        "The agents and the group's min_resources are the ones the Jupyter server's config "
+        "gives (c.BaiSessionManager.agents, backend, resource_groups in "
+        "jupyter_server_config.py, or --config FILE)."
     )
     usage = (
         "bai-jupyter kernelspec install NAME [--display-name T] [--image I] "
@@ -143,7 +162,9 @@ bai-jupyter kernelspec install py-web --service-port web:http:8080
                 # A share of this machine's agent for what is left out (see docs/kernels.md).
                 capacities = agents_now(self)
                 derived = kernelspecs.derive_resources(
-                    kernelspecs.biggest(capacities), self.cluster_size or 1
+                    kernelspecs.biggest(capacities),
+                    self.cluster_size or 1,
+                    min_resources=group_minimum(self),
                 )
                 resources = {
                     **{slot: format_amount(slot, amount) for slot, amount in derived.items()},
