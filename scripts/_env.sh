@@ -50,7 +50,7 @@ PY
 
 # --- Docker engine + kernel image -------------------------------------------
 # The `docker`-marked tests and the Docker agent backend need a Docker engine
-# and the default kernel image (bai_jupyter/image.py). On a fresh Debian/Ubuntu
+# and the default kernel image (bai_jupyter/image/). On a fresh Debian/Ubuntu
 # machine (CI) this installs Debian's docker.io and debootstrap, starts dockerd
 # when nothing answers, and builds the image (offline with debootstrap when no
 # registry is reachable, ~2 min once; cached by recipe hash afterwards).
@@ -144,7 +144,7 @@ _bai_setup_docker_steps() {
     if [ "${#missing[@]}" -gt 0 ]; then
         _bai_apt_install "${missing[@]}" ||
             # debootstrap and chromium are optional here: the image may be up to
-            # date, or a registry reachable (image.py says clearly if it needed
+            # date, or a registry reachable (the build says clearly if it needed
             # debootstrap); the browser tests fail under CI=true without chromium.
             [[ " ${missing[*]} " != *" docker.io "* ]] || return 1
     fi

@@ -6,13 +6,18 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from traitlets import Unicode
+from traitlets.config import Application
 
 from bai_jupyter import __version__
 from bai_jupyter.cli import SUBCOMMANDS, main
+from bai_jupyter.cli.app import BaiJupyterCommand
+from bai_jupyter.cli.base import ALIASES, BaiCommand, subcommand
 
 TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
 BASIC = str(TRACES / "basic.json")
@@ -153,3 +158,66 @@ def test_console_script_reports_a_bad_trace(tmp_path: Path) -> None:
     assert proc.stderr == (
         "bai-jupyter simulate: error: sessions[0].duration: must not be negative, got -3\n"
     )
+
+
+def test_a_mistyped_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", BASIC, "--sequencr", "drf"]) == 2
+    assert (
+        "bai-jupyter simulate: error: unrecognized arguments: --sequencr" in capsys.readouterr().err
+    )
+    assert main(["image", "build", "--offline", "--online"]) == 2
+    assert "--online: not allowed with argument --offline" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# Every command is a Jupyter application: documented options, the server's config
+
+
+def _commands(
+    app: Application, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Application]]:
+    yield path, app
+    for name, (make, _) in app.subcommands.items():
+        yield from _commands(make(app), (*path, name))
+
+
+def test_every_command_documents_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    commands = dict(_commands(BaiJupyterCommand()))
+    assert {" ".join(p) for p in commands} >= {"image build", "kernelspec install", "simulate"}
+    for path, app in commands.items():
+        assert isinstance(app, BaiCommand) and app.usage.startswith(
+            " ".join(["bai-jupyter", *path])
+        )
+        own = {
+            name: trait
+            for name, trait in app.class_traits(config=True).items()
+            if trait.this_class.__module__.startswith("bai_jupyter.")
+        }
+        assert all(trait.help for trait in own.values()), (path, own)
+        assert main([*path, "--help"]) == 0
+        assert capsys.readouterr().out.startswith(f"usage: {app.usage}\n")
+
+
+def test_a_new_subcommand_is_a_class_and_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The way a later ``bai-jupyter manager`` is added; it reads the server's config."""
+
+    class HelloApp(BaiCommand):
+        name = "bai-jupyter hello"
+        usage = "bai-jupyter hello [--greeting G]"
+        greeting = Unicode("hello", config=True, help="What to say.")
+        aliases = {**ALIASES, "greeting": "HelloApp.greeting"}  # noqa: RUF012
+
+        def run(self) -> int:
+            print(self.greeting)
+            return 3
+
+    line = {"hello": subcommand(HelloApp, "say hello")}
+    monkeypatch.setattr(BaiJupyterCommand, "subcommands", {**BaiJupyterCommand.subcommands, **line})
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "jupyter_server_config.py").write_text("c.HelloApp.greeting = 'from the config'\n")
+    assert main(["hello"]) == 3
+    assert capsys.readouterr().out == "from the config\n"
+    assert main(["hello", "--greeting", "from the command line"]) == 3
+    assert capsys.readouterr().out == "from the command line\n"

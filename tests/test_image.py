@@ -7,7 +7,6 @@ skip, except under ``CI=true`` where they fail: CI must exercise them.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from bai_jupyter import image
+from bai_jupyter.image import offline, recipe
+from bai_jupyter.image.cli import ImageApp, ImageBuildApp, ImageStatusApp
 from bai_jupyter.runtime.protocol import DEFAULT_IMAGE
 
 IN_CI = os.environ.get("CI") == "true"
@@ -96,7 +97,7 @@ def test_recipe_hash_is_stable_and_tracks_the_package_list(
     first = image.recipe_hash()
     assert len(first) == 64 and int(first, 16) >= 0
     assert image.recipe_hash() == first
-    monkeypatch.setattr(image, "PACKAGES", (*image.PACKAGES, "vim-tiny"))
+    monkeypatch.setattr(recipe, "PACKAGES", (*image.PACKAGES, "vim-tiny"))
     assert image.recipe_hash() != first
 
 
@@ -117,17 +118,23 @@ def test_both_recipes_share_one_package_list_and_config() -> None:
     assert "/run/sshd" in setup
 
 
+def _parsed(*argv: str) -> object:
+    """The action ``bai-jupyter image ARGV`` would run, parsed but not started."""
+    app = ImageApp()
+    app.initialize(list(argv))
+    return app.subapp
+
+
 def test_cli_parses_build_and_status() -> None:
-    parser = argparse.ArgumentParser(prog="bai-jupyter")
-    image.add_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["image", "build", "--offline", "--force", "--tag", "x/y:1"])
-    assert (args.image_action, args.offline, args.force, args.tag) == ("build", True, True, "x/y:1")
-    assert args.run is image.run_cli
-    args = parser.parse_args(["image", "build", "--online"])
+    args = _parsed("build", "--offline", "--force", "--tag", "x/y:1")
+    assert isinstance(args, ImageBuildApp)
+    assert (args.offline, args.force, args.tag) == (True, True, "x/y:1")
+    args = _parsed("build", "--online")
+    assert isinstance(args, ImageBuildApp)
     assert (args.offline, args.force, args.tag) == (False, False, DEFAULT_IMAGE)
-    assert parser.parse_args(["image", "status"]).image_action == "status"
+    assert isinstance(_parsed("status"), ImageStatusApp)
     with pytest.raises(SystemExit):
-        parser.parse_args(["image", "build", "--offline", "--online"])
+        _parsed("build", "--offline", "--online")
 
 
 def test_no_docker_cli_is_a_clear_error_with_exit_2(tmp_path: Path) -> None:
@@ -148,15 +155,15 @@ def test_offline_build_says_what_is_missing(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(image.ImageBuildError, match=r"needs root|debootstrap not found"):
-        image._check_offline_tools()
+        offline._check_offline_tools()
 
 
 def test_mirror_is_overridable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BAI_DEBIAN_MIRROR", raising=False)
     monkeypatch.delenv("BAI_DEBIAN_SECURITY_MIRROR", raising=False)
-    assert image._mirrors() == (image.DEFAULT_MIRROR, image.DEFAULT_SECURITY_MIRROR)
+    assert offline._mirrors() == (image.DEFAULT_MIRROR, image.DEFAULT_SECURITY_MIRROR)
     monkeypatch.setenv("BAI_DEBIAN_MIRROR", "http://mirror.example/debian")
-    assert image._mirrors() == ("http://mirror.example/debian", None)
+    assert offline._mirrors() == ("http://mirror.example/debian", None)
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
 from bai_jupyter import kernelspecs
-from bai_jupyter.cli import _agents_now, main
+from bai_jupyter.cli import main
+from bai_jupyter.cli.kernelspec import agents_now
 from bai_jupyter.resources import ResourceSlot, format_amount
 from bai_jupyter.scheduler.config import MIN_RESOURCES, SchedulerConfig
 
@@ -112,7 +113,7 @@ def test_list_shows_only_bai_kernelspecs(
 
 def machine() -> ResourceSlot:
     """This machine's biggest agent, as the manager finds it (the real engine, or this host)."""
-    return kernelspecs.biggest(_agents_now())
+    return kernelspecs.biggest(agents_now())
 
 
 def _installed(data_dir: Path, name: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import copy
 import json
 import random
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bai_jupyter.model import SessionResult, Status
+from bai_jupyter.resources import ResourceSlot
+from bai_jupyter.scheduler.config import SchedulerConfig
+from bai_jupyter.scheduler.context import PassContext, Snapshot
+from bai_jupyter.scheduler.shares import dominant_share
 from bai_jupyter.scheduler.simulator import (
     Overrides,
     SessionRow,
@@ -579,3 +584,17 @@ def test_five_thousand_sessions_on_a_hundred_agents_take_seconds() -> None:
     elapsed = time.perf_counter() - started
     assert all(row.status is Status.TERMINATED for row in result.sessions)
     assert elapsed < 30, f"{elapsed:.1f} s"  # about 2 s on a laptop; slack for busy CI
+
+
+_amounts = st.decimals(min_value=0, max_value=64, places=2)
+
+
+@given(held=st.dictionaries(st.sampled_from(["cpu", "mem", "cuda.device"]), _amounts))
+def test_the_simulators_share_is_the_drf_sequencers(held: dict[str, Decimal]) -> None:
+    """One dominant share for both: the simulator's figures are what DRF orders by."""
+    capacity = ResourceSlot({"cpu": "9", "mem": "18"})
+    slots = ResourceSlot(held)
+    snapshot = Snapshot(agents=[], pending=[], owner_group_occupied={"alice": slots})
+    ctx = PassContext(0.0, SchedulerConfig(), snapshot, capacity)
+    assert dominant_share(slots, capacity) == ctx.dominant_share("alice")
+    assert dominant_share(ResourceSlot(), capacity) == ctx.dominant_share("bob") == 0
