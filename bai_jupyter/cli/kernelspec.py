@@ -39,11 +39,7 @@ def group_minimum(parent: Configurable | None = None, group: str = "default") ->
     would be refused at launch)."""
     conf: dict[str, Any] = BaiSessionManager(parent=parent).resource_groups.get(group) or {}
     try:
-        config = SchedulerConfig.from_options(
-            conf.get("sequencer", "fifo"),
-            conf.get("selector", "concentrated"),
-            dict(conf.get("options") or {}),
-        )
+        config = SchedulerConfig.from_group(conf)
     except SchedulerConfigError as exc:
         raise kernelspecs.KernelspecError(f"resource group {group!r}: {exc}") from None
     return config.min_resources

@@ -33,11 +33,7 @@ def load_groups(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, GroupSched
     loaded = {}
     for name, conf in groups.items():
         try:
-            config = SchedulerConfig.from_options(
-                conf.get("sequencer", "fifo"),
-                conf.get("selector", "concentrated"),
-                dict(conf.get("options") or {}),
-            )
+            config = SchedulerConfig.from_group(conf)
             sequencer, selector = load_plugins(config)
         except SchedulerConfigError as exc:
             raise InvalidRequest(f"resource group {name!r}: {exc}") from exc

@@ -155,6 +155,15 @@ class SchedulerConfig:
         return ResourceSlot(filled)
 
     @classmethod
+    def from_group(cls, settings: Mapping[str, Any]) -> SchedulerConfig:
+        """A resource group's settings as configured: ``{sequencer, selector, options}``."""
+        return cls.from_options(
+            settings.get("sequencer", "fifo"),
+            settings.get("selector", "concentrated"),
+            dict(settings.get("options") or {}),
+        )
+
+    @classmethod
     def from_options(
         cls, sequencer: str, selector: str, options: Mapping[str, Any] | None = None
     ) -> SchedulerConfig:

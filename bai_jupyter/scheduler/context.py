@@ -8,6 +8,7 @@ from decimal import Decimal
 from ..model import Agent, Session, SessionResult, Status
 from ..resources import ResourceSlot
 from .config import SchedulerConfig
+from .shares import dominant_share
 
 
 @dataclass
@@ -39,16 +40,7 @@ class PassContext:
     def dominant_share(self, owner: str) -> Decimal:
         """Max over slots of the owner's occupied amount / the group's capacity."""
         held = self.snapshot.owner_group_occupied.get(owner)
-        if not held:
-            return Decimal(0)
-        return max(
-            (
-                amount / self.capacity[slot]
-                for slot, amount in held.items()
-                if slot in self.capacity
-            ),
-            default=Decimal(0),
-        )
+        return dominant_share(held, self.capacity) if held else Decimal(0)
 
     def record_placement(self, session: Session) -> None:
         """Count a session placed by this pass against its owner."""
