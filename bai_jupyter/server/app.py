@@ -8,10 +8,6 @@ config reaches it, and the CLI reads the very same settings.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import os
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +15,13 @@ from jupyter_server.auth.identity import IdentityProvider, User
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import ensure_async
 from tornado import web
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
-from traitlets import Bool, Float, Instance, Int, Unicode
+from traitlets import Unicode
 
-from ..api import SessionsAPI
-from ..errors import Unavailable
-from ..manager import BaiSessionManager, ScopedManager
-from ..model import Status
+from ..manager import BaiSessionManager
 from ..registry import register_manager, request_user, unregister_manager
-from .events import end_stream
-from .kernel_access import KernelAccess
-from .kernel_runs import KernelRuns
+from .host import NAME, ApiHost, Step
 from .launches import LaunchErrorFilter
-from .routes import api_routes, routes
-from .running import RunningSessions
-from .upstream import upstream_client
+from .routes import routes
 
 __all__ = ["BaiJupyterApp"]
 
@@ -56,86 +44,13 @@ def _remember_request_user(identity: IdentityProvider) -> None:
     identity.get_user = remembering  # type: ignore[method-assign]
 
 
-class BaiJupyterApp(ExtensionApp):
+class BaiJupyterApp(ExtensionApp, ApiHost):
     """Backend.AI-style compute sessions in this Jupyter server."""
 
-    name = "bai_jupyter"
+    name = NAME
     load_other_extensions = True
     classes = [BaiSessionManager]  # noqa: RUF012 (traitlets' own class attribute)
 
-    multi_user = Bool(
-        False,
-        config=True,
-        help="Each authenticated user owns their own sessions (a shared server or a "
-        "JupyterHub service). False: a single-user server, where every caller acts for "
-        "the server's user (bai_jupyter.registry.local_owner), like the kernel provisioner.",
-    )
-    execute_chunk_timeout = Float(
-        10.0,
-        config=True,
-        help="Seconds one call of the execute API waits for its run to finish before it "
-        "returns what came so far with status 'continued'.",
-    )
-    execute_run_ttl = Float(
-        600.0,
-        config=True,
-        help="Seconds a run of the execute API may go without being continued before it is "
-        "dropped with its output (a client that went away must not make it pile up).",
-    )
-    kernel_connect_timeout = Float(
-        30.0,
-        config=True,
-        help="Seconds the execute API waits for main1's Jupyter kernel to answer at first use.",
-    )
-    keepalive_interval = Float(
-        15.0,
-        config=True,
-        help="Seconds between keep-alive comments on an idle event stream.",
-    )
-    proxy_timeout = Float(
-        0.0,
-        config=True,
-        help="Seconds a proxied HTTP request may take in all (0: no limit; streams and "
-        "long polls are common behind service ports).",
-    )
-    kernel_access = Bool(
-        True,
-        config=True,
-        help="Let code in kernels (%bai in main1) call the API: serve it on the address the "
-        "agents' kernels reach this host at, and give every kernel BAI_JUPYTER_URL and a "
-        "BAI_JUPYTER_TOKEN that grants its own session, and its owner's templates and "
-        "session list, only while that session lives (revocable).",
-    )
-    kernel_tokens_create_sessions = Bool(
-        True,
-        config=True,
-        help="May a kernel's BAI_JUPYTER_TOKEN create sessions (for the session's owner, "
-        "within the owner's limits)? Off: such a create gets 403 forbidden.",
-    )
-    public_url = Unicode(
-        "",
-        config=True,
-        help="The server's URL as people open it (e.g. behind a proxy), for the links %bai "
-        "prints in kernels. Empty: the BAI_JUPYTER_PUBLIC_URL environment variable, else "
-        "the server's own connection URL.",
-    )
-    max_body_size = Int(
-        1 << 20,
-        config=True,
-        help="Bytes a request body of the API may have; a bigger one gets 413 too-large. "
-        "(The service proxy is not limited by this.)",
-    )
-    max_json_depth = Int(
-        32,
-        config=True,
-        help="How deeply objects and arrays may nest in a JSON request body; deeper gets 400.",
-    )
-    max_meta_size = Int(
-        16 * 1024,
-        config=True,
-        help="Bytes of a session's `meta` object (as JSON) a create request may carry; "
-        "it is returned with every listing of the session.",
-    )
     notebook_dir = Unicode(
         None,
         allow_none=True,
@@ -147,7 +62,6 @@ class BaiJupyterApp(ExtensionApp):
         "the mount policy forbids it (e.g. '/', or a directory holding the store or the "
         "Jupyter data dir); not mounted on agents that do not share this host's files.",
     )
-    manager = Instance(BaiSessionManager, allow_none=True, help="The manager this extension owns.")
 
     def initialize_settings(self) -> None:
         if self.serverapp is not None:  # failed bai launches: one warning line, no traceback
@@ -157,20 +71,7 @@ class BaiJupyterApp(ExtensionApp):
         if root is None and self.serverapp is not None:
             root = self.serverapp.root_dir
         self.manager.notebook_root = str(Path(root).expanduser().absolute()) if root else None
-        self.runs = KernelRuns(
-            self.execute_chunk_timeout, self.kernel_connect_timeout, self.execute_run_ttl, self.log
-        )
-        self.running = RunningSessions()
-        self.streams: set[asyncio.Queue[Any]] = set()
-        self._upstream: SimpleAsyncHTTPClient | None = None
-        self._watcher: asyncio.Task[None] | None = None
-        self.access: KernelAccess | None = None
-
-    def upstream(self) -> SimpleAsyncHTTPClient:
-        """The proxy's client towards the services (made on first use, on the server's loop)."""
-        if self._upstream is None:
-            self._upstream = upstream_client()
-        return self._upstream
+        self.init_host()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes(self))
@@ -178,61 +79,13 @@ class BaiJupyterApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Start the manager with the server (reconciling what a previous run left)."""
         assert self.manager is not None
-        await self.manager.start()
+        await self.start_manager(serverapp.web_app.settings, serverapp.port)
         register_manager(self.manager)
-        if self.multi_user and self.serverapp is not None:
-            _remember_request_user(self.serverapp.identity_provider)
-        if self.kernel_access:
-            await self._open_kernel_access(self.manager)
-        self._watcher = asyncio.ensure_future(self._follow_sessions())
+        if self.multi_user:
+            _remember_request_user(serverapp.identity_provider)
 
-    async def _open_kernel_access(self, manager: BaiSessionManager) -> None:
-        addresses = await manager.host_addresses()
-        if not addresses or self.serverapp is None:
-            return
-        access = KernelAccess(manager.kernel_tokens, lambda: self.kernel_tokens_create_sessions)
-        access.start(
-            addresses.values(),
-            self.serverapp.web_app.settings,
-            api_routes(),
-            {"name": self.name},  # what ExtensionApp gives its own handlers
-            self.serverapp.port,
-        )
-        self.access = access
-        # Links shown to people (%bai ports) use the public URL: the listener is the kernels'.
-        public = {"BAI_JUPYTER_PUBLIC_URL": self.public_base_url()}
-        manager.kernel_env_hook = lambda session_id, agent_id: {
-            **access.environ(session_id, addresses.get(agent_id)),
-            **public,
-        }
-        # The host firewall lets kernels reach these listeners and no other host port.
-        await manager.allow_host_ports(access.ports())
-        for address, url in access.urls.items():
-            self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
-
-    def sessions_api(
-        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
-    ) -> SessionsAPI:
-        """The door a handler's caller gets to the manager: their own sessions and templates
-        (everyone's sessions for an admin); ``parent``: the caller's kernel-token session."""
-        if self.manager is None or not self.manager.started:
-            raise Unavailable("the session manager is not started")
-        return ScopedManager(self.manager, owner, is_admin, parent)
-
-    def public_base_url(self) -> str:
-        """Where people reach this server: ``public_url``, the environment, or its own URL."""
-        url = self.public_url or os.environ.get("BAI_JUPYTER_PUBLIC_URL", "")
-        if not url and self.serverapp is not None:
-            url = self.serverapp.connection_url
-        return url if url.endswith("/") else url + "/"
-
-    async def _follow_sessions(self) -> None:
-        """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client."""
-        assert self.manager is not None
-        async for event in self.manager.events():
-            self.running.forget(event["session_id"])
-            if event["status"] != Status.RUNNING.value:
-                self.runs.forget(event["session_id"])
+    def own_url(self) -> str:
+        return str(self.serverapp.connection_url) if self.serverapp is not None else "/"
 
     async def stop_extension(self) -> None:
         """End kernel-backed sessions with their kernels, then stop the manager cleanly.
@@ -251,36 +104,7 @@ class BaiJupyterApp(ExtensionApp):
             if kernels is not None:
                 await ensure_async(kernels.shutdown_all())
 
-        def close_streams() -> None:
-            for stream in self.streams:
-                end_stream(stream)
-            if self._watcher is not None:
-                self._watcher.cancel()
-
-        def close_clients() -> None:
-            if self._upstream is not None:
-                self._upstream.close()
-            if self.access is not None:
-                self.access.stop()
-
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            ("shutting kernels down", shutdown_kernels),
-            ("ending event streams", close_streams),
-            ("closing kernel clients", self.runs.close),
-            ("closing the proxy client and kernel access", close_clients),
-            ("unregistering the manager", lambda: unregister_manager(manager)),
-            ("stopping the manager", manager.stop),
-        ]
-        for what, step in steps:
-            try:
-                result = step()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception as exc:
-                # A kernel whose launch failed is "not found" (404) here: expected, no traceback.
-                self.log.warning(
-                    "bai-jupyter: %s failed while stopping (%s); going on",
-                    what,
-                    exc,
-                    exc_info=not isinstance(exc, web.HTTPError),
-                )
+        steps: list[Step] = [("shutting kernels down", shutdown_kernels)]
+        steps += self.stop_steps()
+        steps.insert(-1, ("unregistering the manager", lambda: unregister_manager(manager)))
+        await self.run_steps(steps)

@@ -1,0 +1,233 @@
+"""What serves the REST API's handlers, in a Jupyter server or in the manager service.
+
+One implementation for both deployment shapes: the server extension
+(``server.app.BaiJupyterApp``) and the standalone manager service
+(``service.app.ManagerService``) are each an :class:`ApiHost`. It gives every
+request the caller's :class:`~bai_jupyter.api.SessionsAPI` (a manager of its own,
+or a remote one), keeps the execute API's kernel clients, the proxy's cache and
+client and the open event streams, and opens kernel access for a manager it owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from tornado import web
+from tornado.simple_httpclient import SimpleAsyncHTTPClient
+from traitlets import Bool, Float, Instance, Int, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..api import SessionsAPI
+from ..errors import Unavailable
+from ..manager import BaiSessionManager, ScopedManager
+from ..model import Status
+from .events import end_stream
+from .kernel_access import KernelAccess
+from .kernel_runs import KernelRuns
+from .routes import api_routes
+from .running import RunningSessions
+from .upstream import upstream_client
+
+__all__ = ["NAME", "ApiHost", "Step"]
+
+#: The extension's name: the key its handlers find their host under in tornado's settings.
+NAME = "bai_jupyter"
+
+#: One step of stopping: what it does (for the log) and the call.
+Step = tuple[str, Callable[[], Any]]
+
+
+class ApiHost(LoggingConfigurable):
+    """The settings and state the REST handlers use (see ``server.base.Extension``)."""
+
+    multi_user = Bool(
+        False,
+        config=True,
+        help="Each authenticated user owns their own sessions (a shared server or a "
+        "JupyterHub service). False: a single-user server, where every caller acts for "
+        "the server's user (bai_jupyter.registry.local_owner), like the kernel provisioner.",
+    )
+    execute_chunk_timeout = Float(
+        10.0,
+        config=True,
+        help="Seconds one call of the execute API waits for its run to finish before it "
+        "returns what came so far with status 'continued'.",
+    )
+    execute_run_ttl = Float(
+        600.0,
+        config=True,
+        help="Seconds a run of the execute API may go without being continued before it is "
+        "dropped with its output (a client that went away must not make it pile up).",
+    )
+    kernel_connect_timeout = Float(
+        30.0,
+        config=True,
+        help="Seconds the execute API waits for main1's Jupyter kernel to answer at first use.",
+    )
+    keepalive_interval = Float(
+        15.0,
+        config=True,
+        help="Seconds between keep-alive comments on an idle event stream.",
+    )
+    proxy_timeout = Float(
+        0.0,
+        config=True,
+        help="Seconds a proxied HTTP request may take in all (0: no limit; streams and "
+        "long polls are common behind service ports).",
+    )
+    kernel_access = Bool(
+        True,
+        config=True,
+        help="Let code in kernels (%bai in main1) call the API: serve it on the address the "
+        "agents' kernels reach this host at, and give every kernel BAI_JUPYTER_URL and a "
+        "BAI_JUPYTER_TOKEN that grants its own session, and its owner's templates and "
+        "session list, only while that session lives (revocable).",
+    )
+    kernel_tokens_create_sessions = Bool(
+        True,
+        config=True,
+        help="May a kernel's BAI_JUPYTER_TOKEN create sessions (for the session's owner, "
+        "within the owner's limits)? Off: such a create gets 403 forbidden.",
+    )
+    public_url = Unicode(
+        "",
+        config=True,
+        help="The URL people open (e.g. behind a proxy), for the links %bai prints in "
+        "kernels. Empty: the BAI_JUPYTER_PUBLIC_URL environment variable, else this "
+        "server's own URL.",
+    )
+    max_body_size = Int(
+        1 << 20,
+        config=True,
+        help="Bytes a request body of the API may have; a bigger one gets 413 too-large. "
+        "(The service proxy is not limited by this.)",
+    )
+    max_json_depth = Int(
+        32,
+        config=True,
+        help="How deeply objects and arrays may nest in a JSON request body; deeper gets 400.",
+    )
+    max_meta_size = Int(
+        16 * 1024,
+        config=True,
+        help="Bytes of a session's `meta` object (as JSON) a create request may carry; "
+        "it is returned with every listing of the session.",
+    )
+    manager = Instance(BaiSessionManager, allow_none=True, help="The manager this host owns.")
+
+    def init_host(self) -> None:
+        """The state handlers share (call once, before serving)."""
+        self.runs = KernelRuns(
+            self.execute_chunk_timeout, self.kernel_connect_timeout, self.execute_run_ttl, self.log
+        )
+        self.running = RunningSessions()
+        self.streams: set[asyncio.Queue[Any]] = set()
+        self._upstream: SimpleAsyncHTTPClient | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.access: KernelAccess | None = None
+
+    def upstream(self) -> SimpleAsyncHTTPClient:
+        """The proxy's client towards the services (made on first use, on the server's loop)."""
+        if self._upstream is None:
+            self._upstream = upstream_client()
+        return self._upstream
+
+    def sessions_api(
+        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
+    ) -> SessionsAPI:
+        """The door a handler's caller gets to the manager: their own sessions and templates
+        (everyone's sessions for an admin); ``parent``: the caller's kernel-token session."""
+        if self.manager is None or not self.manager.started:
+            raise Unavailable("the session manager is not started")
+        return ScopedManager(self.manager, owner, is_admin, parent)
+
+    def own_url(self) -> str:
+        """This host's own URL (where it listens), for links when nothing else is set."""
+        return "/"
+
+    def public_base_url(self) -> str:
+        """Where people reach this host: ``public_url``, the environment, or its own URL."""
+        url = self.public_url or os.environ.get("BAI_JUPYTER_PUBLIC_URL", "") or self.own_url()
+        return url if url.endswith("/") else url + "/"
+
+    async def start_manager(self, settings: Mapping[str, Any], port: int) -> None:
+        """Start the manager this host owns, then kernel access with ``settings`` (those of
+        the app serving the API) on ``port`` where it is free, and follow its sessions."""
+        manager = self.manager
+        assert manager is not None
+        await manager.start()
+        if self.kernel_access:
+            await self._open_kernel_access(manager, settings, port)
+        self._watcher = asyncio.ensure_future(self._follow_sessions(manager))
+
+    async def _open_kernel_access(
+        self, manager: BaiSessionManager, settings: Mapping[str, Any], port: int
+    ) -> None:
+        addresses = await manager.host_addresses()
+        if not addresses:
+            return
+        access = KernelAccess(manager.kernel_tokens, lambda: self.kernel_tokens_create_sessions)
+        access.start(addresses.values(), dict(settings), api_routes(), {"name": NAME}, port)
+        self.access = access
+        # Links shown to people (%bai ports) use the public URL: the listener is the kernels'.
+        public = {"BAI_JUPYTER_PUBLIC_URL": self.public_base_url()}
+        manager.kernel_env_hook = lambda session_id, agent_id: {
+            **access.environ(session_id, addresses.get(agent_id)),
+            **public,
+        }
+        # The host firewall lets kernels reach these listeners and no other host port.
+        await manager.allow_host_ports(access.ports())
+        for address, url in access.urls.items():
+            self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
+
+    async def _follow_sessions(self, manager: BaiSessionManager) -> None:
+        """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client."""
+        async for event in manager.events():
+            self.running.forget(event["session_id"])
+            if event["status"] != Status.RUNNING.value:
+                self.runs.forget(event["session_id"])
+
+    def stop_steps(self) -> list[Step]:
+        """Ending streams and clients, then the manager this host owns."""
+
+        def close_streams() -> None:
+            for stream in self.streams:
+                end_stream(stream)
+            if self._watcher is not None:
+                self._watcher.cancel()
+
+        def close_clients() -> None:
+            if self._upstream is not None:
+                self._upstream.close()
+            if self.access is not None:
+                self.access.stop()
+
+        steps: list[Step] = [
+            ("ending event streams", close_streams),
+            ("closing kernel clients", self.runs.close),
+            ("closing the proxy client and kernel access", close_clients),
+        ]
+        if self.manager is not None:
+            steps.append(("stopping the manager", self.manager.stop))
+        return steps
+
+    async def run_steps(self, steps: list[Step]) -> None:
+        """Run every step; one that fails is logged and the rest still run (stopping must
+        always complete)."""
+        for what, step in steps:
+            try:
+                result = step()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                # A kernel whose launch failed is "not found" (404) here: expected, no traceback.
+                self.log.warning(
+                    "bai-jupyter: %s failed while stopping (%s); going on",
+                    what,
+                    exc,
+                    exc_info=not isinstance(exc, web.HTTPError),
+                )
