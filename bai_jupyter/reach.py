@@ -1,7 +1,8 @@
 """How a kernel provisioner reaches a manager: in this process, over HTTP, or embedded.
 
-In this order: the manager a bai server extension registered in this process;
-the REST API at ``BAI_JUPYTER_URL``; else one embedded in this process on the
+In this order: the manager a bai server extension registered in this process
+(or the manager service it uses, in a JupyterHub); the REST API at
+``BAI_JUPYTER_URL``; else one embedded in this process on the
 shared default store, on an event-loop thread of its own, whose scheduling loop
 and engine watcher keep running whatever the caller's loop does (``run_sync``
 front ends such as ``jupyter console`` and nbclient run theirs only while they
@@ -20,7 +21,7 @@ from traitlets.config import Config
 from .api import SessionsAPI
 from .errors import BaiError, Unavailable
 from .loop_thread import LoopThread
-from .registry import current_manager, kernel_owner, local_owner
+from .registry import current_manager, current_remote, kernel_owner, local_owner
 
 if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
     from .manager import BaiSessionManager
@@ -96,6 +97,9 @@ async def find_sessions(config: Config) -> tuple[SessionsAPI, str]:
     manager = current_manager()
     if manager is not None:
         return ScopedManager(manager, kernel_owner()), "the server's own manager"
+    remote = current_remote()
+    if remote is not None:
+        return remote, "the manager service this server uses"
     url = os.environ.get("BAI_JUPYTER_URL")
     if url:
         from .client import RemoteManager

@@ -13,13 +13,16 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .api import SessionsAPI
     from .manager import BaiSessionManager
 
 __all__ = [
     "current_manager",
+    "current_remote",
     "kernel_owner",
     "local_owner",
     "register_manager",
+    "register_remote",
     "request_user",
     "unregister_manager",
 ]
@@ -29,6 +32,7 @@ __all__ = [
 request_user: ContextVar[str | None] = ContextVar("bai_jupyter_request_user", default=None)
 
 _current: BaiSessionManager | None = None
+_remote: SessionsAPI | None = None
 
 
 def register_manager(manager: BaiSessionManager) -> None:
@@ -47,6 +51,18 @@ def unregister_manager(manager: BaiSessionManager) -> None:
 def current_manager() -> BaiSessionManager | None:
     """The registered manager, or ``None`` when no server extension runs here."""
     return _current
+
+
+def register_remote(api: SessionsAPI | None) -> None:
+    """Make ``api`` (a manager service's, over HTTP) the one in-process front ends use;
+    ``None`` forgets it. A server that owns no manager of its own registers this."""
+    global _remote
+    _remote = api
+
+
+def current_remote() -> SessionsAPI | None:
+    """The registered manager service, or ``None``."""
+    return _remote
 
 
 def local_owner() -> str:

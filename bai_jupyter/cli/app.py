@@ -15,6 +15,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "bai_jupyter.cli.kernelspec.KernelspecApp",
         "install or list kernelspecs whose kernel runs as main1 of a session",
     ),
+    "manager": (
+        "bai_jupyter.service.app.ManagerService",
+        "run the shared session manager service (a JupyterHub service, or alone)",
+    ),
     "simulate": (
         "bai_jupyter.cli.simulate.SimulateApp",
         "replay a session trace under a simulated clock",

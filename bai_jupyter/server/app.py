@@ -8,6 +8,8 @@ config reaches it, and the CLI reads the very same settings.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,10 @@ from jupyter_server.utils import ensure_async
 from tornado import web
 from traitlets import Unicode
 
+from ..api import SessionsAPI
+from ..client import RemoteManager
 from ..manager import BaiSessionManager
-from ..registry import register_manager, request_user, unregister_manager
+from ..registry import register_manager, register_remote, request_user, unregister_manager
 from .host import NAME, ApiHost, Step
 from .launches import LaunchErrorFilter
 from .routes import routes
@@ -51,6 +55,29 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
     load_other_extensions = True
     classes = [BaiSessionManager]  # noqa: RUF012 (traitlets' own class attribute)
 
+    manager_url = Unicode(
+        config=True,
+        help="URL of a shared manager service (`bai-jupyter manager`, e.g. a JupyterHub "
+        "service's http://127.0.0.1:8890/services/bai-jupyter/). Set: this server owns no "
+        "manager; its API, proxy and kernels go through that service, as this server's "
+        "user. Default: the BAI_JUPYTER_MANAGER_URL environment variable; empty: a manager "
+        "of its own.",
+    )
+    manager_token = Unicode(
+        config=True,
+        help="Token this server calls the manager service with. Default: "
+        "BAI_JUPYTER_MANAGER_TOKEN, else this single-user server's JupyterHub token "
+        "(JUPYTERHUB_API_TOKEN), which must carry access:services!service=<its name>.",
+    )
+
+    def _manager_url_default(self) -> str:
+        return os.environ.get("BAI_JUPYTER_MANAGER_URL", "")
+
+    def _manager_token_default(self) -> str:
+        return os.environ.get("BAI_JUPYTER_MANAGER_TOKEN") or os.environ.get(
+            "JUPYTERHUB_API_TOKEN", ""
+        )
+
     notebook_dir = Unicode(
         None,
         allow_none=True,
@@ -66,23 +93,40 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
     def initialize_settings(self) -> None:
         if self.serverapp is not None:  # failed bai launches: one warning line, no traceback
             self.serverapp.log.addFilter(LaunchErrorFilter())
+        self.init_host()
+        self.remote: RemoteManager | None = None
+        if self.manager_url:
+            self.remote = RemoteManager(self.manager_url, self.manager_token)
+            self.log.info(
+                "bai-jupyter: sessions come from the manager service at %s", self.manager_url
+            )
+            return
         self.manager = BaiSessionManager(parent=self, log=self.log)
         root = self.notebook_dir
         if root is None and self.serverapp is not None:
             root = self.serverapp.root_dir
         self.manager.notebook_root = str(Path(root).expanduser().absolute()) if root else None
-        self.init_host()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes(self))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         """Start the manager with the server (reconciling what a previous run left)."""
+        if self.multi_user:
+            _remember_request_user(serverapp.identity_provider)
+        if self.remote is not None:
+            register_remote(self.remote)  # for this server's kernel provisioner
+            return
         assert self.manager is not None
         await self.start_manager(serverapp.web_app.settings, serverapp.port)
         register_manager(self.manager)
-        if self.multi_user:
-            _remember_request_user(serverapp.identity_provider)
+
+    def sessions_api(
+        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
+    ) -> SessionsAPI:
+        if self.remote is not None:
+            return self.remote  # the service knows this server's user from its token
+        return super().sessions_api(owner, is_admin, parent)
 
     def own_url(self) -> str:
         return str(self.serverapp.connection_url) if self.serverapp is not None else "/"
@@ -95,8 +139,6 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         is guarded: one that fails (``shutdown_all`` raises 404 for a kernel whose
         launch failed) is logged and the rest still run, so the server always exits.
         """
-        if self.manager is None:
-            return
         kernels = getattr(self.serverapp, "kernel_manager", None)
         manager = self.manager
 
@@ -104,7 +146,9 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
             if kernels is not None:
                 await ensure_async(kernels.shutdown_all())
 
-        steps: list[Step] = [("shutting kernels down", shutdown_kernels)]
-        steps += self.stop_steps()
-        steps.insert(-1, ("unregistering the manager", lambda: unregister_manager(manager)))
+        steps: list[Step] = [("shutting kernels down", shutdown_kernels), *self.stop_steps()]
+        if manager is not None:
+            steps.insert(-1, ("unregistering the manager", lambda: unregister_manager(manager)))
+        else:
+            steps.append(("forgetting the manager service", lambda: register_remote(None)))
         await self.run_steps(steps)

@@ -1,0 +1,194 @@
+"""``bai-jupyter manager``: one session manager for many users, as a process of its own.
+
+It serves the same routes as the server extension (``/bai/api/v1/…``, the event
+stream, the OpenAPI description, the service-port proxy) with the same
+handlers, under ``base_url`` (a JupyterHub service's prefix). Under a Hub
+(``JUPYTERHUB_API_TOKEN`` set, as for every Hub-managed service) every call is
+authenticated by the Hub; alone, by the tokens of ``TokenIdentity.users``. The
+manager is configured as everywhere: ``c.BaiSessionManager.*`` in the config
+file (``--config``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+from typing import Any
+
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from jupyter_server.utils import url_path_join
+from tornado import web
+from tornado.httpserver import HTTPServer
+from traitlets import Enum, Int, Unicode
+
+from ..cli.base import ALIASES, FLAGS, BaiCommand
+from ..manager import BaiSessionManager
+from ..registry import local_owner
+from ..server.host import NAME, ApiHost, Step
+from ..server.routes import routes
+from .auth import CallerAuthorizer, HubIdentity, TokenIdentity
+
+__all__ = ["ManagerService"]
+
+
+class _HubLogin(web.RequestHandler):
+    """Starts the Hub's OAuth for a browser, then sends it where it was going."""
+
+    def initialize(self, hub_auth: Any) -> None:
+        self.hub_auth = hub_auth
+
+    async def get(self) -> None:
+        target = self.get_argument("next", self.settings["base_url"])
+        if not target.startswith("/") or target.startswith("//"):
+            target = self.settings["base_url"]  # never redirect off this origin
+        if await self.hub_auth.get_user(self, sync=False):
+            self.redirect(target)
+            return
+        state = self.hub_auth.set_state_cookie(self, next_url=target)
+        self.redirect(self.hub_auth.authorize_url + "&state=" + state)
+
+
+class ManagerService(BaiCommand, ApiHost):
+    """``bai-jupyter manager``: the shared manager service (under a JupyterHub, or alone)."""
+
+    name = "bai-jupyter manager"
+    description = (
+        "Run one session manager for many users: the REST API, event stream and "
+        "service-port proxy of the server extension, as a process of its own (a "
+        "JupyterHub service, or alone with tokens of its own). Single-user servers "
+        "with BaiJupyterApp.manager_url (or BAI_JUPYTER_MANAGER_URL) use it."
+    )
+    usage = "bai-jupyter manager [--ip IP] [--port PORT] [--base-url PATH] [--config FILE]"
+    classes = [BaiSessionManager, HubIdentity, TokenIdentity]  # noqa: RUF012
+    aliases = {  # noqa: RUF012 (traitlets' own class attribute)
+        **ALIASES,
+        "ip": ("ManagerService.ip", "Address to listen on."),
+        "port": ("ManagerService.port", "Port to listen on."),
+        "base-url": ("ManagerService.base_url", "Path prefix of every route."),
+    }
+    flags = FLAGS
+
+    ip = Unicode("127.0.0.1", config=True, help="Address to listen on.")
+    port = Int(
+        0,
+        config=True,
+        help="Port to listen on. 0: the Hub's (JUPYTERHUB_SERVICE_URL) when run as a Hub "
+        "service, else 8890.",
+    )
+    base_url = Unicode(
+        "",
+        config=True,
+        help="Path prefix of every route. Empty: JUPYTERHUB_SERVICE_PREFIX under a Hub, else /.",
+    )
+    auth = Enum(
+        ["auto", "hub", "tokens"],
+        "auto",
+        config=True,
+        help="How callers are authenticated: by the Hub ('hub'), by TokenIdentity.users "
+        "('tokens'), or by the Hub when JUPYTERHUB_API_TOKEN is set, else tokens ('auto').",
+    )
+
+    def _multi_user_default(self) -> bool:
+        return True  # every caller is their own owner
+
+    def own_url(self) -> str:
+        return f"http://{self.ip}:{self._port()}{self._base_url()}"
+
+    def _under_hub(self) -> bool:
+        if self.auth == "auto":
+            return bool(os.environ.get("JUPYTERHUB_API_TOKEN"))
+        return self.auth == "hub"
+
+    def _base_url(self) -> str:
+        base = self.base_url or os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "") or "/"
+        return "/" + base.strip("/") + "/" if base.strip("/") else "/"
+
+    def _port(self) -> int:
+        if self.port:
+            return self.port
+        from urllib.parse import urlsplit
+
+        hub_url = os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        return urlsplit(hub_url).port or 8890 if hub_url else 8890
+
+    def _identity(self) -> tuple[Any, list[tuple[str, Any, dict[str, Any]]]]:
+        """The identity provider and any routes it needs (the Hub's OAuth callback)."""
+        if self._under_hub():
+            from jupyterhub.services.auth import (  # type: ignore[import-untyped]
+                HubOAuth,
+                HubOAuthCallbackHandler,
+            )
+
+            hub_auth = HubOAuth.instance()
+            base = self._base_url()
+            hub_auth.oauth_redirect_uri = url_path_join(base, "oauth_callback")
+            extra = [
+                (url_path_join(base, "oauth_callback"), HubOAuthCallbackHandler, {}),
+                (url_path_join(base, "login"), _HubLogin, {"hub_auth": hub_auth}),
+            ]
+            return HubIdentity(parent=self, hub_auth=hub_auth), extra
+        identity = TokenIdentity(parent=self)
+        if not identity.users:
+            token = os.environ.get("BAI_JUPYTER_MANAGER_TOKEN") or secrets.token_hex(24)
+            identity.users = {token: local_owner()}
+            identity.admin_users = [local_owner()]
+            if "BAI_JUPYTER_MANAGER_TOKEN" not in os.environ:
+                print(f"bai-jupyter manager: token for {local_owner()}: {token}", flush=True)
+        return identity, []
+
+    def make_app(self) -> web.Application:
+        """The tornado application: the extension's routes under ``base_url``, its settings."""
+        base = self._base_url()
+        identity, extra = self._identity()
+        settings: dict[str, Any] = {
+            "base_url": base,
+            "identity_provider": identity,
+            "authorizer": CallerAuthorizer(parent=self),
+            "allow_remote_access": True,
+            "allow_unauthenticated_access": False,
+            "cookie_secret": secrets.token_bytes(32),
+            "login_url": url_path_join(base, "login"),
+            "headers": {},
+            "xsrf_cookies": True,
+            "disable_check_xsrf": False,
+            "local_hostnames": ["localhost"],
+            NAME: self,
+        }
+        if self._under_hub():
+            settings["hub_auth"] = identity.hub_auth
+        handlers: list[Any] = []
+        for pattern, handler, *kwargs in routes(self):
+            if pattern == r"/api/sessions":
+                continue  # Jupyter's own sessions route: no Jupyter server here
+            args = dict(kwargs[0]) if kwargs else {}
+            if issubclass(handler, ExtensionHandlerMixin):
+                args["name"] = NAME  # as ExtensionApp gives its own handlers
+            handlers.append((url_path_join(base, pattern), handler, args))
+        handlers.extend(extra)
+        return web.Application(handlers, **settings)
+
+    def run(self) -> int:
+        self.manager = BaiSessionManager(parent=self, log=self.log)
+        self.init_host()
+        return asyncio.run(self._serve())
+
+    async def _serve(self) -> int:
+        app = self.make_app()
+        server = HTTPServer(app, xheaders=True)
+        port = self._port()
+        server.listen(port, self.ip)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await self.start_manager(app.settings, port)
+            print(f"bai-jupyter manager: serving {self.own_url()}", flush=True)
+            await stop.wait()
+        finally:
+            server.stop()
+            steps: list[Step] = self.stop_steps()
+            await self.run_steps(steps)
+        return 0
