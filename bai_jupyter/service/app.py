@@ -117,11 +117,12 @@ class ManagerService(BaiCommand, ApiHost):
         """The identity provider and any routes it needs (the Hub's OAuth callback)."""
         if self._under_hub():
             from jupyterhub.services.auth import (  # type: ignore[import-untyped]
-                HubOAuth,
                 HubOAuthCallbackHandler,
             )
 
-            hub_auth = HubOAuth.instance()
+            from .auth import ServiceOAuth
+
+            hub_auth = ServiceOAuth.instance()
             base = self._base_url()
             hub_auth.oauth_redirect_uri = url_path_join(base, "oauth_callback")
             extra = [

@@ -9,6 +9,7 @@ admin gets ``bai_jupyter:admin`` (everyone's sessions, shared templates).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import time
@@ -64,6 +65,30 @@ class TokenIdentity(IdentityProvider):
 
     def is_token_authenticated(self, handler: web.RequestHandler) -> bool:
         return True  # no cookies: no XSRF check needed
+
+
+@functools.cache
+def _service_oauth() -> type:
+    from jupyterhub.services.auth import HubOAuth  # type: ignore[import-untyped]
+
+    class ServiceOAuth(HubOAuth):  # type: ignore[misc]
+        """The Hub's OAuth, leaving XSRF to Jupyter's handlers.
+
+        HubOAuth replaces the XSRF check of every Jupyter handler class with one that
+        runs before the caller is known (tornado checks before ``prepare``), which
+        refuses token-authenticated POSTs; Jupyter's own check waits for the caller
+        and skips tokens, as it does in a Jupyter server."""
+
+        def _patch_xsrf(self, handler: Any) -> None:
+            return None
+
+    return ServiceOAuth
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ServiceOAuth":  # jupyterhub is imported only under a Hub
+        return _service_oauth()
+    raise AttributeError(name)
 
 
 class HubIdentity(IdentityProvider):
