@@ -150,7 +150,9 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
     manager_conf.write_text(
         f"c.BaiSessionManager.store_url = {store_url!r}\n"
         'c.BaiSessionManager.resource_groups = {"default": {"sequencer": "drf"}}\n'
-        'c.BaiSessionManager.data_folders_root = ' + repr(str(state / "folders")) + "\n"
+        "c.BaiSessionManager.data_folders_root = "
+        + repr(str(state / "folders"))
+        + "\n"
         + manager_config
     )
     config = state / "jupyterhub_config.py"

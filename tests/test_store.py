@@ -33,7 +33,14 @@ from bai_jupyter.store import (
 )
 
 T0 = 1_700_000_000.0
-OUR_TABLES = {"bai_meta", "bai_sessions", "bai_kernels", "bai_agents", "bai_templates"}
+OUR_TABLES = {
+    "bai_meta",
+    "bai_sessions",
+    "bai_kernels",
+    "bai_agents",
+    "bai_templates",
+    "bai_owners",
+}
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -141,13 +148,35 @@ def end(session: Session, now: float, exit_code: int | None = None) -> None:
 # --- schema and opening ---------------------------------------------------------------------
 
 
+def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(tmp_path: Path) -> None:
+    """A store written before owners' groups were kept opens, gains the table, loses nothing."""
+    path = db_path(tmp_path)
+    store = Store(url_of(path))
+    session = new_session()
+    with store.write() as tx:
+        tx.add_session(session)
+    store.close()
+    sql(path, "DROP TABLE bai_owners")
+    sql(path, "UPDATE bai_meta SET value = '1' WHERE key = 'schema_version'")
+    again = Store(url_of(path))
+    try:
+        with again.write() as tx:
+            assert tx.get_session(session.id) is not None
+            tx.set_owner_groups("alice", ["physics", "ml"], T0)
+        with again.read() as tx:
+            assert tx.owner_groups(["alice", "bob"]) == {"alice": ["ml", "physics"]}
+    finally:
+        again.close()
+    assert sql(path, "SELECT value FROM bai_meta WHERE key = 'schema_version'") == [("2",)]
+
+
 def test_new_store_records_schema_version(tmp_path: Path) -> None:
     path = db_path(tmp_path)
     store = Store(url_of(path))
     store.close()
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
     assert dict(sql(path, "SELECT key, value FROM bai_meta")) == {
-        "schema_version": "1",
+        "schema_version": "2",
         "store_id": store.id,
         "token_secret": store.token_secret,
     }
@@ -176,7 +205,7 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
     finally:
         second.close()
     version = "SELECT value FROM bai_meta WHERE key = 'schema_version'"
-    assert sql(db_path(tmp_path), version) == [("1",)]
+    assert sql(db_path(tmp_path), version) == [(str(SCHEMA_VERSION),)]
 
 
 def test_other_schema_version_is_refused_and_nothing_changes(tmp_path: Path) -> None:

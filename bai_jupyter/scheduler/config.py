@@ -39,6 +39,13 @@ def positive_seconds(value: Any) -> float:
     return number
 
 
+def fair_share_by(value: Any) -> str:
+    """``users`` (each owner) or ``groups`` (each owner's group first, then owners in it)."""
+    if value not in ("users", "groups"):
+        raise SchedulerConfigError(f"must be 'users' or 'groups', got {value!r}")
+    return str(value)
+
+
 def resource_limit(value: Any) -> ResourceSlot:
     """Option parser: a mapping ``{"cpu": "8"}`` or the text ``cpu=8,mem=16g``."""
     if isinstance(value, str):
@@ -77,6 +84,8 @@ class OwnerPolicy:
 
     max_concurrent_sessions: int | None = None
     max_resources: ResourceSlot | None = None
+    #: Where the limits come from, named in why-pending messages (e.g. ``policies.users.bob``).
+    source: str = ""
 
 
 #: Options every sequencer/selector combination understands (the predicates' settings).

@@ -26,6 +26,8 @@ class Snapshot:
     owner_occupied: dict[str, ResourceSlot] = field(default_factory=dict)
     #: Per owner, resources held in this group (for DRF's dominant share).
     owner_group_occupied: dict[str, ResourceSlot] = field(default_factory=dict)
+    #: Per owner, the user groups they are in (a JupyterHub's), for group-first fair share.
+    owner_groups: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -41,6 +43,19 @@ class PassContext:
         """Max over slots of the owner's occupied amount / the group's capacity."""
         held = self.snapshot.owner_group_occupied.get(owner)
         return dominant_share(held, self.capacity) if held else Decimal(0)
+
+    def fair_share_group(self, owner: str) -> str:
+        """The group ``owner`` shares as (their first group; alone, a group of their own)."""
+        groups = self.snapshot.owner_groups.get(owner)
+        return f"group:{min(groups)}" if groups else f"user:{owner}"
+
+    def group_share(self, group: str) -> Decimal:
+        """The dominant share of everything the owners of ``group`` hold together."""
+        held = ResourceSlot()
+        for owner, slots in self.snapshot.owner_group_occupied.items():
+            if self.fair_share_group(owner) == group:
+                held = held + slots
+        return dominant_share(held, self.capacity)
 
     def record_placement(self, session: Session) -> None:
         """Count a session placed by this pass against its owner."""

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 from ..model import Session, SessionResult, Status
 from ..resources import format_amount
+from .config import OwnerPolicy
 from .context import PassContext
 
 
@@ -76,19 +77,25 @@ def starts_at(session: Session, ctx: PassContext) -> Verdict | None:
     return None
 
 
+def _by(policy: OwnerPolicy) -> str:
+    return f", {policy.source}" if policy.source else ""
+
+
 def concurrency(session: Session, ctx: PassContext) -> Verdict | None:
-    limit = ctx.config.policy(session.owner).max_concurrent_sessions
+    policy = ctx.config.policy(session.owner)
+    limit = policy.max_concurrent_sessions
     running = ctx.snapshot.owner_sessions.get(session.owner, 0)
     if limit is not None and running >= limit:
         return Verdict(
             "concurrency",
-            f"{session.owner} already has {running} active sessions (limit {limit})",
+            f"{session.owner} already has {running} active sessions (limit {limit}{_by(policy)})",
         )
     return None
 
 
 def owner_resources(session: Session, ctx: PassContext) -> Verdict | None:
-    limit = ctx.config.policy(session.owner).max_resources
+    policy = ctx.config.policy(session.owner)
+    limit = policy.max_resources
     if limit is None:
         return None
     held = ctx.snapshot.owner_occupied.get(session.owner)
@@ -100,7 +107,8 @@ def owner_resources(session: Session, ctx: PassContext) -> Verdict | None:
             "owner_resources",
             f"{session.owner} would hold "
             + ", ".join(
-                f"{slot}={format_amount(slot, need)} (limit {format_amount(slot, have)})"
+                f"{slot}={format_amount(slot, need)} "
+                f"(limit {format_amount(slot, have)}{_by(policy)})"
                 for slot, (need, have) in over.items()
             ),
         )

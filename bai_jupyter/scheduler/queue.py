@@ -49,6 +49,7 @@ def load_snapshot(tx: Transaction, resource_group: str) -> Snapshot:
     )
     owner_sessions, owner_occupied = tx.occupancy_by_owner()
     _, owner_group_occupied = tx.occupancy_by_owner(resource_group)
+    owners = {s.owner for s in pending} | set(owner_group_occupied)
     return Snapshot(
         agents=tx.list_agents(resource_group),
         pending=pending,
@@ -56,6 +57,7 @@ def load_snapshot(tx: Transaction, resource_group: str) -> Snapshot:
         owner_sessions=owner_sessions,
         owner_occupied=owner_occupied,
         owner_group_occupied=owner_group_occupied,
+        owner_groups=tx.owner_groups(owners),
     )
 
 

@@ -14,8 +14,17 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from ..model import Session
-from .config import OptionParser, non_negative_int, parse_options, positive_seconds
+from .config import (
+    OptionParser,
+    fair_share_by,
+    non_negative_int,
+    parse_options,
+    positive_seconds,
+)
 from .context import PassContext
+
+#: DRF's order: group share, owner share, oldest pending, owner.
+_DRFKey = tuple[Decimal, Decimal, float, str]
 
 
 class Sequencer:
@@ -96,24 +105,34 @@ class DRFSequencer(Sequencer):
     """Dominant resource fairness: the owner with the smallest dominant share goes next.
 
     Shares are recomputed as the pass places sessions, so one pass already
-    interleaves owners fairly. Within an owner, oldest first.
+    interleaves owners fairly. Within an owner, oldest first. With
+    ``fair_share = "groups"`` the group with the smallest share (of what all its
+    members hold) goes first, then the owner with the smallest share within it.
     """
 
     name = "drf"
+    OPTIONS: ClassVar[dict[str, OptionParser]] = {"fair_share": fair_share_by}
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self.by_groups = self.options.get("fair_share", "users") == "groups"
+
+    def _key(self, owner: str, queue: deque[Session], ctx: PassContext) -> _DRFKey:
+        group = ctx.group_share(ctx.fair_share_group(owner)) if self.by_groups else Decimal(0)
+        return (group, ctx.dominant_share(owner), queue[0].created_at, owner)
 
     def order(self, band: list[Session], ctx: PassContext) -> Iterator[Session]:
         queues: dict[str, deque[Session]] = {}
         for session in sorted(band, key=lambda s: (s.created_at, s.id)):
             queues.setdefault(session.owner, deque()).append(session)
-        heap: list[tuple[Decimal, float, str]] = [
-            (ctx.dominant_share(owner), queue[0].created_at, owner)
-            for owner, queue in queues.items()
-        ]
+        heap = [self._key(owner, queue, ctx) for owner, queue in queues.items()]
         heapq.heapify(heap)
         while heap:
-            _, _, owner = heapq.heappop(heap)
+            owner = heapq.heappop(heap)[-1]
             queue = queues[owner]
             yield queue.popleft()
-            if queue:
-                entry = (ctx.dominant_share(owner), queue[0].created_at, owner)
-                heapq.heappush(heap, entry)
+            if self.by_groups:  # a placement moves its group's share: every key changes
+                heap = [self._key(o, q, ctx) for o, q in queues.items() if q]
+                heapq.heapify(heap)
+            elif queue:
+                heapq.heappush(heap, self._key(owner, queue, ctx))

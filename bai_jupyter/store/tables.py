@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-#: Bump with every change of the tables below (and teach :meth:`Store._migrate` the step).
-SCHEMA_VERSION = 1
+#: Bump with every change of the tables below, and add the step to ``MIGRATIONS``.
+SCHEMA_VERSION = 2
 
 metadata = sa.MetaData()
 
@@ -96,3 +96,16 @@ history_table = sa.Table(
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("info", sa.String(256), nullable=True),
 )
+
+#: What the store knows of each owner: the user groups they are in (a JupyterHub's), as
+#: they were when they last created a session (for group policies and group fair share).
+owners_table = sa.Table(
+    "bai_owners",
+    metadata,
+    sa.Column("owner", sa.String(256), primary_key=True),
+    sa.Column("groups", sa.JSON, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+#: version → the tables its successor added (each step only adds tables).
+MIGRATIONS: dict[int, list[sa.Table]] = {1: [owners_table]}

@@ -36,6 +36,7 @@ from .tables import (
     history_table,
     kernels_table,
     meta_table,
+    owners_table,
     sessions_table,
     templates_table,
 )
@@ -349,6 +350,27 @@ class Transaction:
             )
 
     # --- meta -----------------------------------------------------------------------------
+
+    def owner_groups(self, owners: Iterable[str]) -> dict[str, list[str]]:
+        """The user groups of each of ``owners`` the store knows (owners it does not: left out)."""
+        found: dict[str, list[str]] = {}
+        for chunk in chunks(sorted(set(owners))):
+            rows = self.conn.execute(
+                sa.select(owners_table.c.owner, owners_table.c.groups).where(
+                    owners_table.c.owner.in_(chunk)
+                )
+            )
+            found.update({row.owner: list(row.groups) for row in rows})
+        return found
+
+    def set_owner_groups(self, owner: str, groups: Sequence[str], now: float) -> None:
+        """Remember ``owner``'s user groups (as the authenticator said, most recently)."""
+        values = {"groups": sorted(set(groups)), "updated_at": now}
+        done = self.conn.execute(
+            sa.update(owners_table).where(owners_table.c.owner == owner).values(values)
+        )
+        if not done.rowcount:
+            self.conn.execute(sa.insert(owners_table), [{"owner": owner, **values}])
 
     def get_meta(self, key: str) -> str | None:
         """A value of the store's own key-value table (``None`` when unset)."""
