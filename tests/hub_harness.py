@@ -107,8 +107,10 @@ class Hub:
         return await AsyncHTTPClient().fetch(request, raise_error=False)
 
     def add_user(self, name: str, admin: bool = False) -> None:
-        """Create ``name``, start their server, and keep a token of theirs."""
-        self.api("POST", f"users/{name}", {"admin": admin})
+        """Create ``name`` (unless the Hub made them: its admins), start their server, and
+        keep a token of theirs."""
+        if name not in {u["name"] for u in self.api("GET", "users")}:
+            self.api("POST", f"users/{name}", {"admin": admin})
         self.api("POST", f"users/{name}/server")
         deadline = time.monotonic() + 90
         while True:

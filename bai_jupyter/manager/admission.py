@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from ..agents.base import AgentError
-from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
-from ..model import Session
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
+from ..model import Session, Status
 from ..request import SpecError, apply_template
 from ..resources import ResourceError
 from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
 from ..store import NameConflict
 from .core import Core
-from .mount_check import MountCheck
+from .mount_check import ADMIN_MOUNTS, MountCheck
+from .policies import Policies
 
 
 class AdmissionSettings(Protocol):
     @property
     def default_image(self) -> str: ...
+
+    @property
+    def admin_host_paths(self) -> bool: ...
+
+    @property
+    def limits(self) -> Policies: ...
 
 
 class Admission:
@@ -38,12 +45,18 @@ class Admission:
         template: str | None = None,
         meta: Mapping[str, Any] | None = None,
         dry_run: bool = False,
+        groups: Sequence[str] | None = None,
+        admin: bool = False,
     ) -> Session:
         """Validate a request (over a template), enqueue it, and return the PENDING session.
 
-        ``dry_run``: every check, defaults filled in, nothing stored or started."""
+        ``dry_run``: every check, defaults filled in, nothing stored or started.
+        ``groups``: the owner's user groups as the caller's authentication says (kept
+        for group policies and fair share); ``None``: as last known. ``admin``: the
+        caller may act on everyone's sessions (see ``admin_host_paths``)."""
         core = self.core
         store = core.require_store()
+        groups = await self._owner_groups(owner, groups, dry_run)
         tmpl = None
         if template is not None:
             tmpl = await core.query(lambda tx: tx.get_template(template, owner))
@@ -66,15 +79,26 @@ class Admission:
             spec.resources = group.config.kernel_resources(spec.resources)
         except ResourceError as exc:
             raise InvalidRequest(str(exc)) from exc
+        pending = await core.query(
+            lambda tx: len(tx.list_sessions(owner=owner, statuses=[Status.PENDING], history=False))
+        )
+        refusal = self.settings.limits.for_owner(owner, groups).refuse(
+            spec.image, spec.resource_group, pending
+        )
+        if refusal is not None:
+            raise Forbidden(refusal)
         await self._check_image(spec.image, spec.resource_group)
+        any_path = admin and self.settings.admin_host_paths
         try:
-            await asyncio.to_thread(self.mounts.resolve, spec.mounts, owner, False)
+            await asyncio.to_thread(self.mounts.resolve, spec.mounts, owner, False, any_path)
         except ValueError as exc:
             raise InvalidRequest(f"mounts: {exc}") from exc
         resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
         spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
         session = Session.create(spec, owner, time.time())
         session.meta = dict(meta or {})
+        if any_path and spec.mounts:  # an admin's host paths stay allowed when it starts
+            session.status_data = {**session.status_data, ADMIN_MOUNTS: True}
         try:
             await asyncio.to_thread(enqueue, store, session, dry_run)
         except (NeverFits, UnknownDependency) as exc:
@@ -85,6 +109,18 @@ class Admission:
             core.hub.publish(session)
             core.wake()
         return session
+
+    async def _owner_groups(
+        self, owner: str, groups: Sequence[str] | None, dry_run: bool
+    ) -> list[str]:
+        """The owner's groups: as given (then kept), else as the store last heard them."""
+        if groups is None:
+            known = await self.core.query(lambda tx: tx.owner_groups([owner]))
+            return known.get(owner, [])
+        if not dry_run:
+            now = time.time()
+            await self.core.db(lambda tx: tx.set_owner_groups(owner, groups, now))
+        return sorted(set(groups))
 
     async def _check_image(self, image: str, group: str) -> None:
         """Refuse at once an image no agent of the group has (no registry is asked at start)."""

@@ -20,7 +20,7 @@ from ..mounts import Mount
 from ..runtime.protocol import CHANNELS, READY_LINE
 from ..store import Transaction
 from .core import Core, Settings, move
-from .mount_check import MountCheck
+from .mount_check import ADMIN_MOUNTS, MountCheck
 
 __all__ = ["Lifecycle"]
 
@@ -194,7 +194,10 @@ class Lifecycle:
                 "kernel_name": "python3",
             }
         try:
-            mounts: list[Mount] = self.mounts.resolve(session.spec.mounts, session.owner, True)
+            trusted = bool(session.status_data.get(ADMIN_MOUNTS))
+            mounts: list[Mount] = self.mounts.resolve(
+                session.spec.mounts, session.owner, True, trusted
+            )
         except ValueError as exc:  # the policy or a template changed since it was created
             raise AgentError(f"mounts: {exc}") from exc
         taken = [m.target for m in mounts]

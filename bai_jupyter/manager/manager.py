@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,11 +28,13 @@ from ..model import Agent, ExecResult, Session, Status
 from ..mounts import MountPolicy
 from ..resources import ResourceSlot
 from ..runtime.protocol import DEFAULT_IMAGE
+from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
 from .admission import Admission
 from .core import Core, find_kernel
 from .lifecycle import Lifecycle
 from .mount_check import MountCheck
+from .policies import Policies
 from .reconcile import Reconciler
 from .scheduling import Scheduling, load_groups
 from .services import ServicePorts
@@ -116,6 +118,22 @@ class BaiSessionManager(LoggingConfigurable):
         "listener (an iptables chain BAI-JUPYTER-INPUT in INPUT; needs root and "
         "iptables, else a warning is logged). Local engines only.",
     )
+    policies = Dict(
+        {},
+        config=True,
+        help="Per-user and per-group limits: {'default': {...}, 'groups': {NAME: {...}}, "
+        "'users': {NAME: {...}}}, each entry with any of max_concurrent_sessions, "
+        "max_resources ({slot: amount}), max_pending, allowed_resource_groups, "
+        "allowed_images (patterns). A user's own entry wins, else the most generous of "
+        "their groups', else default. Groups are a JupyterHub's (see docs/jupyterhub.md).",
+    )
+    admin_host_paths = Bool(
+        False,
+        config=True,
+        help="Admins (bai_jupyter:admin, e.g. a JupyterHub's admins) may mount any host "
+        "path that exists, not only those under allowed_host_paths; what is never "
+        "mountable stays so. Off: everyone is held to allowed_host_paths.",
+    )
     pass_interval = Float(5.0, config=True, help="Seconds between periodic scheduling passes.")
     start_timeout = Float(
         120.0, config=True, help="Seconds an agent may take to start a session's kernels."
@@ -147,7 +165,8 @@ class BaiSessionManager(LoggingConfigurable):
         self.lifecycle = Lifecycle(self.core, self, self.mounts)
         self.watcher = KernelWatcher(self.core, self, self.lifecycle)
         self.reconciler = Reconciler(self.core, self, self.lifecycle)
-        self.scheduling = Scheduling(self.core, self.lifecycle.start)
+        self.limits = Policies({})
+        self.scheduling = Scheduling(self.core, self.lifecycle.start, self._owner_policy)
         self.kernel_tokens = KernelTokens(self.core)
         self.admission = Admission(self.core, self, self.mounts)
         self.service_ports = ServicePorts(self.core)
@@ -174,6 +193,7 @@ class BaiSessionManager(LoggingConfigurable):
             return
         core = self.core
         core.groups = load_groups(self.resource_groups)
+        self.limits = Policies(self.policies)
         core.store = await asyncio.to_thread(Store, self.store_url)
         for agent in await self._make_agents():
             core.agents[agent.id] = agent
@@ -275,11 +295,21 @@ class BaiSessionManager(LoggingConfigurable):
         template: str | None = None,
         meta: Mapping[str, Any] | None = None,
         dry_run: bool = False,
+        groups: Sequence[str] | None = None,
+        admin: bool = False,
     ) -> Session:
         """Validate a request (over a template), enqueue it, and return the PENDING session.
 
-        ``dry_run``: every check, defaults filled in, nothing stored or started."""
-        return await self.admission.create(request, owner, template, meta, dry_run)
+        ``dry_run``: every check, defaults filled in, nothing stored or started.
+        ``groups``: the owner's user groups (``None``: as last known); ``admin``: the
+        caller is an admin (see ``admin_host_paths``)."""
+        return await self.admission.create(request, owner, template, meta, dry_run, groups, admin)
+
+    def _owner_policy(
+        self, owner: str, groups: Sequence[str], fallback: OwnerPolicy
+    ) -> OwnerPolicy:
+        """The scheduler's limits for ``owner``: the policies', else the group's own."""
+        return self.limits.for_owner(owner, groups).scheduler_policy(fallback)
 
     async def get(self, key: str, owner: str | None = None) -> Session:
         """A session by id or by name (names need the owner); NotFound otherwise."""

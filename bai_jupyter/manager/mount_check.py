@@ -24,7 +24,10 @@ from ..mounts import Mount, MountPolicy, MountRefused, parse_mount
 from ..runtime.protocol import NOTEBOOK_DIR, WORK_DIR
 from .core import Core
 
-__all__ = ["MountCheck"]
+__all__ = ["ADMIN_MOUNTS", "MountCheck"]
+
+#: In a session's ``status_data``: it was admitted with an admin's right to any host path.
+ADMIN_MOUNTS = "admin_mounts"
 
 
 class MountSettings(Protocol):
@@ -79,14 +82,18 @@ class MountCheck:
         allowed = [*trusted, *self.settings.allowed_host_paths]
         return MountPolicy.build(allowed, forbidden, self.folders_root())
 
-    def resolve(self, entries: Iterable[str], owner: str, create: bool) -> list[Mount]:
+    def resolve(
+        self, entries: Iterable[str], owner: str, create: bool, any_host_path: bool = False
+    ) -> list[Mount]:
         """Parse and check ``mounts``; with ``create``, make the owner's named folders.
 
-        Only a named folder of the owner's is ever created; a host path must exist."""
+        Only a named folder of the owner's is ever created; a host path must exist.
+        ``any_host_path``: any host path passes the allow-list (an admin's request);
+        what is never mountable stays so."""
         entries = list(entries)
         if not entries:
             return []
-        policy = self.policy()
+        policy = self.policy(trusted=["/"] if any_host_path else ())
         checked = []
         for entry in entries:
             mount = policy.check(parse_mount(entry, owner, self.folders_root()), owner)

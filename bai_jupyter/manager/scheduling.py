@@ -18,7 +18,7 @@ from ..model import Session
 from ..scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from ..scheduler.context import PassContext
 from ..scheduler.placement import AgentPool
-from ..scheduler.queue import load_snapshot, run_pass
+from ..scheduler.queue import OwnerPolicyOf, load_snapshot, run_pass
 from ..store import Transaction
 from .core import Core, GroupScheduler
 
@@ -44,9 +44,15 @@ def load_groups(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, GroupSched
 class Scheduling:
     """Runs passes for every resource group and hands placed sessions to ``start``."""
 
-    def __init__(self, core: Core, start: Callable[[str], Coroutine[Any, Any, None]]) -> None:
+    def __init__(
+        self,
+        core: Core,
+        start: Callable[[str], Coroutine[Any, Any, None]],
+        owner_policy: OwnerPolicyOf | None = None,
+    ) -> None:
         self.core = core
         self.start = start
+        self.owner_policy = owner_policy
 
     def group(self, name: str) -> GroupScheduler:
         try:
@@ -69,7 +75,14 @@ class Scheduling:
         store = core.require_store()
         for name, group in core.groups.items():
             result = await asyncio.to_thread(
-                run_pass, store, name, group.config, group.sequencer, group.selector, time.time()
+                run_pass,
+                store,
+                name,
+                group.config,
+                group.sequencer,
+                group.selector,
+                time.time(),
+                self.owner_policy,
             )
             changed = [p.session_id for p in result.placements]
             changed += [c.session_id for c in result.cancellations]

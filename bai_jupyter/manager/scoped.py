@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Forbidden, InvalidRequest, NotFound
@@ -44,15 +52,18 @@ class ScopedManager:
         is_admin: AdminCheck = _nobody,
         parent: str | None = None,
         thread: LoopThread | None = None,
+        groups: Sequence[str] | None = None,
     ) -> None:
         """``parent``: the session whose kernel token the caller holds (what it creates
         is recorded as that session's, which it may then manage). ``thread``: the loop
-        the manager runs on, when not the caller's."""
+        the manager runs on, when not the caller's. ``groups``: the caller's user groups
+        as their authentication says (``None``: not known here)."""
         self.manager = manager
         self.owner = owner
         self.is_admin = is_admin
         self.parent = parent
         self.thread = thread
+        self.groups = groups
 
     async def _run(self, call: Coroutine[Any, Any, T]) -> T:
         if self.thread is None:
@@ -77,8 +88,13 @@ class ScopedManager:
         meta: Mapping[str, Any] | None = None,
         dry_run: bool = False,
     ) -> Session:
+        # An admin's request may mount host paths (where the operator allows admins to).
+        admin = bool(request.get("mounts")) and await self.is_admin("write")
+
         async def call() -> Session:
-            session = await self.manager.create(request, self.owner, template, meta, dry_run)
+            session = await self.manager.create(
+                request, self.owner, template, meta, dry_run, self.groups, admin
+            )
             if self.parent is not None and not dry_run:
                 await self.manager.kernel_tokens.note_child(session.id, self.parent)
             return session

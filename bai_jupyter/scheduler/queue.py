@@ -8,15 +8,20 @@ another process's on the same store.
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Callable, Sequence
 
 from ..model import Session, Status
 from ..store import Store, Transaction
-from .config import SchedulerConfig
+from .config import OwnerPolicy, SchedulerConfig
 from .context import Snapshot
 from .dispatcher import PassResult, schedule
 from .placement import never_fits
 from .selectors import AgentSelector
 from .sequencers import Sequencer
+
+#: Per-owner limits from outside the resource group: (owner, their groups, the group's own).
+OwnerPolicyOf = Callable[[str, Sequence[str], OwnerPolicy], OwnerPolicy]
 
 
 class NeverFits(ValueError):
@@ -102,12 +107,28 @@ def run_pass(
     sequencer: Sequencer,
     selector: AgentSelector,
     now: float,
+    owner_policy: OwnerPolicyOf | None = None,
 ) -> PassResult:
-    """One scheduling pass over a resource group, serialized through the store."""
+    """One scheduling pass over a resource group, serialized through the store.
+
+    ``owner_policy(owner, groups, the group's own)``: per-owner limits from elsewhere
+    (the manager's policies), for the owners with pending sessions."""
     with store.write() as tx:
         snapshot = load_snapshot(tx, resource_group)
         if not snapshot.pending:
             return PassResult()
+        if owner_policy is not None:
+            owners = {s.owner for s in snapshot.pending}
+            config = dataclasses.replace(
+                config,
+                owner_policies={
+                    **config.owner_policies,
+                    **{
+                        o: owner_policy(o, snapshot.owner_groups.get(o, []), config.policy(o))
+                        for o in owners
+                    },
+                },
+            )
         result = schedule(snapshot, config, sequencer, selector, now)
         apply_result(tx, snapshot, result, now)
         return result

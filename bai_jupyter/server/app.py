@@ -9,7 +9,7 @@ config reaches it, and the CLI reads the very same settings.
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +122,15 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         register_manager(self.manager)
 
     def sessions_api(
-        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
+        self,
+        owner: str,
+        is_admin: Callable[[str], Awaitable[bool]],
+        parent: str | None,
+        groups: Sequence[str] | None = None,
     ) -> SessionsAPI:
         if self.remote is not None:
             return self.remote  # the service knows this server's user from its token
-        return super().sessions_api(owner, is_admin, parent)
+        return super().sessions_api(owner, is_admin, parent, groups)
 
     def own_url(self) -> str:
         return str(self.serverapp.connection_url) if self.serverapp is not None else "/"

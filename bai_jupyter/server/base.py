@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from http.client import responses
 from typing import Any, Protocol, cast
 
@@ -83,7 +83,11 @@ class Extension(Protocol):
     streams: set[asyncio.Queue[Any]]
 
     def sessions_api(
-        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
+        self,
+        owner: str,
+        is_admin: Callable[[str], Awaitable[bool]],
+        parent: str | None,
+        groups: Sequence[str] | None = None,
     ) -> SessionsAPI:
         """The caller's door to the manager."""
         ...
@@ -104,8 +108,12 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
         """The caller's sessions API: their own sessions; everyone's for an admin.
 
         A kernel token's session is the parent of what the caller creates."""
-        parent: Session | None = getattr(self.current_user, "bai_session", None)
-        return self.app.sessions_api(self.owner, self.is_admin, parent.id if parent else None)
+        user = self.current_user
+        parent: Session | None = getattr(user, "bai_session", None)
+        groups: list[str] | None = getattr(user, "bai_groups", None)
+        return self.app.sessions_api(
+            self.owner, self.is_admin, parent.id if parent else None, groups
+        )
 
     # --- errors -------------------------------------------------------------------------------
 

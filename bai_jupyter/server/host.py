@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from tornado import web
@@ -137,13 +137,18 @@ class ApiHost(LoggingConfigurable):
         return self._upstream
 
     def sessions_api(
-        self, owner: str, is_admin: Callable[[str], Awaitable[bool]], parent: str | None
+        self,
+        owner: str,
+        is_admin: Callable[[str], Awaitable[bool]],
+        parent: str | None,
+        groups: Sequence[str] | None = None,
     ) -> SessionsAPI:
         """The door a handler's caller gets to the manager: their own sessions and templates
-        (everyone's sessions for an admin); ``parent``: the caller's kernel-token session."""
+        (everyone's sessions for an admin); ``parent``: the caller's kernel-token session;
+        ``groups``: their user groups where their authentication says (a Hub's)."""
         if self.manager is None or not self.manager.started:
             raise Unavailable("the session manager is not started")
-        return ScopedManager(self.manager, owner, is_admin, parent)
+        return ScopedManager(self.manager, owner, is_admin, parent, groups=groups)
 
     def own_url(self) -> str:
         """This host's own URL (where it listens), for links when nothing else is set."""

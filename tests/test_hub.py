@@ -1,0 +1,259 @@
+"""A real JupyterHub: alice and bob share one manager service (fair share, isolation, limits).
+
+The Hub runs the sample ``examples/jupyterhub/jupyterhub_config.py``; the
+manager service keeps its store in PostgreSQL and runs kernels on the real
+Docker engine. Tests run in file order on one Hub (the restart comes last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import postgres_database
+from hub_harness import Hub, start_hub
+
+from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound
+from bai_jupyter.model import Session, Status
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
+
+#: One agent with room for two kernels of 0.5 cpu: enough to make sessions queue.
+MANAGER = """
+c.BaiSessionManager.agents = [
+    {"id": "shared", "backend": "docker", "capacity": {"cpu": "1", "mem": "3g"}}
+]
+c.BaiSessionManager.policies = {
+    "users": {"bob": {"max_concurrent_sessions": 1, "max_pending": 3,
+                       "allowed_images": ["bai-jupyter/*"]}},
+}
+"""
+HALF = {"resources": {"cpu": "0.5", "mem": "256m"}}
+
+
+@pytest.fixture(scope="module")
+def hub(
+    tmp_path_factory: pytest.TempPathFactory, postgres_server: str, kernel_image: str
+) -> Iterator[Hub]:
+    with postgres_database(postgres_server) as store_url:
+        running = start_hub(tmp_path_factory.mktemp("hub"), store_url, MANAGER)
+        try:
+            for user in ("alice", "bob"):
+                running.add_user(user)
+            running.add_user("carol", admin=True)  # a Hub admin
+            yield running
+        finally:
+            running.stop()
+
+
+async def _end_all(hub: Hub) -> None:
+    admin = hub.service("carol")
+    for session in await admin.list_sessions(everyone=True):
+        if not session.status.is_terminal:
+            await admin.destroy(session.id)
+
+
+async def _running(hub: Hub, user: str, session_id: str, timeout: float = 120) -> Session:
+    session = await hub.service(user).wait_for(session_id, {Status.RUNNING}, timeout=timeout)
+    assert session.status is Status.RUNNING, (session.status, session.status_data, hub.tail())
+    return session
+
+
+async def test_each_user_starts_a_cluster_kernel_on_the_shared_agents(hub: Hub) -> None:
+    kernels = {}
+    for user in ("alice", "bob"):
+        reply = await hub.fetch("POST", f"user/{user}/api/kernels", user, {"name": "bai-cluster"})
+        assert reply.code == 201, (reply.body, hub.tail())
+        kernels[user] = json.loads(reply.body)["id"]
+    try:
+        everyone = await hub.service("carol").list_sessions(everyone=True)
+        mine = {s.owner: s for s in everyone if not s.status.is_terminal}
+        assert set(mine) == {"alice", "bob"}
+        for user, session in mine.items():
+            running = await _running(hub, user, session.id)
+            assert [k.hostname for k in running.kernels] == ["main1", "sub1"]
+            assert {k.agent_id for k in running.kernels} == {"shared"}
+            assert running.meta["jupyter_kernel_id"] == kernels[user]
+        # Capacity is full: a third session waits in the one queue both see.
+        waiting = await hub.service("alice").create(
+            {**HALF, "type": "batch", "startup_command": "true"}
+        )
+        await asyncio.sleep(1)
+        for user in ("alice", "bob"):
+            queue = (await hub.service(user).queue())["default"]["queue"]
+            assert [e["position"] for e in queue] == [1]
+            assert queue[0]["mine"] is (user == "alice")
+            assert ("session_id" in queue[0]) is (user == "alice")  # bob sees a position only
+        assert (await hub.service("alice").get(waiting.id)).status is Status.PENDING
+    finally:
+        for user, kernel_id in kernels.items():
+            await hub.fetch("DELETE", f"user/{user}/api/kernels/{kernel_id}", user)
+        await _end_all(hub)
+
+
+async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
+    alice, bob = hub.service("alice"), hub.service("bob")
+    web = await alice.create({**HALF, "service_ports": ["web:http:8080"]})
+    mine = await bob.create(HALF)
+    try:
+        web = await _running(hub, "alice", web.id)
+        await alice.exec(
+            web.id, ["sh", "-c", "nohup python3 -m http.server 8080 >/dev/null 2>&1 &"]
+        )
+        await _running(hub, "bob", mine.id)
+        proxy = f"bai/sessions/{web.id}/proxy/web/"
+        for _ in range(50):  # alice herself gets her service's page, through her server
+            reply = await hub.fetch("GET", f"user/alice/{proxy}", "alice")
+            if reply.code == 200:
+                break
+            await asyncio.sleep(0.2)
+        assert reply.code == 200, reply.body
+        # Bob's token, at the service and through his own server: nothing of alice's.
+        for client in (bob, hub.server("bob")):
+            with pytest.raises(NotFound):
+                await client.get(web.id)
+            with pytest.raises(NotFound):
+                await client.logs(web.id)
+            with pytest.raises(NotFound):
+                await client.destroy(web.id)
+            assert web.id not in {s.id for s in await client.list_sessions(everyone=True)}
+        for path in (
+            f"user/bob/bai/api/v1/sessions/{web.id}/execute",
+            f"services/bai-jupyter/bai/api/v1/sessions/{web.id}/execute",
+        ):
+            reply = await hub.fetch("POST", path, "bob", {"code": "1"})
+            assert reply.code == 404, reply.body
+        for path in (f"user/bob/{proxy}", f"services/bai-jupyter/{proxy}"):
+            reply = await hub.fetch("GET", path, "bob")
+            assert reply.code == 404, reply.body
+        # Bob's events say nothing of alice's sessions.
+        seen: list[dict[str, Any]] = []
+
+        async def listen() -> None:
+            async for event in hub.server("bob").events():
+                seen.append(event)
+
+        listener = asyncio.ensure_future(listen())
+        await asyncio.sleep(1)
+        other = await alice.create({**HALF, "type": "batch", "startup_command": "true"})
+        await alice.destroy(other.id)
+        await asyncio.sleep(2)
+        listener.cancel()
+        assert all(event["owner"] == "bob" for event in seen), seen
+        # Bob's kernel cannot reach alice's main1 over the network (her kernel's ports).
+        main1 = next(k for k in web.kernels if k.hostname == "main1")
+        host, port = main1.info["host"], main1.info["connection"]["shell_port"]
+        probe = f"import socket; socket.create_connection(({host!r}, {port}), 3)"
+        result = await bob.exec(mine.id, ["python3", "-c", probe])
+        assert result.exit_code != 0, result.output
+    finally:
+        await _end_all(hub)
+
+
+async def test_host_paths_are_refused(hub: Hub) -> None:
+    for mount in ("/var/run/docker.sock:/home/work/sock", "/:/home/work/host"):
+        with pytest.raises(InvalidRequest, match="mounts"):
+            await hub.service("alice").create({**HALF, "mounts": [mount]})
+
+
+async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
+    """Room for two at a time, alice asked first for three: starts alternate alice, bob."""
+    # A session holding all the room, so that all six wait for the same pass.
+    blocker = await hub.service("carol").create({"resources": {"cpu": "1", "mem": "256m"}})
+    await _running(hub, "carol", blocker.id)
+    batch = {**HALF, "type": "batch", "startup_command": "sleep 3"}
+    made = [await hub.service("alice").create(batch) for _ in range(3)]
+    made += [await hub.service("bob").create(batch) for _ in range(3)]
+    await hub.service("carol").destroy(blocker.id)
+    try:
+        ended = []
+        for session in made:
+            done = await hub.service(session.owner).wait_for(session.id, set(), timeout=240)
+            assert done.status is Status.TERMINATED, (done.status_info, done.status_data)
+            ended.append(done)
+        started = sorted(
+            ended,
+            key=lambda s: next(h.at for h in s.status_history if h.status is Status.RUNNING),
+        )
+        assert [s.owner for s in started] == ["alice", "bob"] * 3
+    finally:
+        await _end_all(hub)
+
+
+async def test_per_user_limits_hold(hub: Hub) -> None:
+    bob = hub.service("bob")
+    with pytest.raises(Forbidden, match=r"policies\.users\.bob\.allowed_images"):
+        await bob.create({**HALF, "image": "python:3.12"})
+    first = await bob.create(HALF)
+    second = await bob.create(HALF)
+    try:
+        await _running(hub, "bob", first.id)
+        await asyncio.sleep(1)
+        waiting = await bob.get(second.id)
+        assert waiting.status is Status.PENDING
+        why = json.dumps(waiting.status_data)
+        assert "limit 1" in why and "policies.users.bob" in why, why
+        await bob.create({**HALF, "type": "batch", "startup_command": "true"})
+        await bob.create({**HALF, "type": "batch", "startup_command": "true"})
+        with pytest.raises(Forbidden, match=r"policies\.users\.bob\.max_pending"):
+            await bob.create(HALF)
+    finally:
+        await _end_all(hub)
+
+
+def _service_pid(hub: Hub) -> int:
+    config = str(hub.state / "bai_manager_config.py")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"manager" in argv and config.encode() in argv:
+                return int(entry.name)
+    raise AssertionError("the manager service process is not running")
+
+
+async def test_the_service_restarts_and_loses_nothing(hub: Hub) -> None:
+    reply = await hub.fetch("POST", "user/alice/api/kernels", "alice", {"name": "bai-py"})
+    assert reply.code == 201, reply.body
+    kernel_id = json.loads(reply.body)["id"]
+    try:
+        (session,) = [
+            s for s in await hub.service("alice").list_sessions() if not s.status.is_terminal
+        ]
+        await _running(hub, "alice", session.id)
+        before = {s.id: s.status for s in await hub.service("carol").list_sessions(everyone=True)}
+        pid = _service_pid(hub)
+        os.kill(pid, signal.SIGKILL)
+        # The Hub starts it again (it polls its managed services).
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(BaiError, AssertionError, OSError):
+                after = await hub.service("carol").list_sessions(everyone=True)
+                if _service_pid(hub) != pid:
+                    break
+            assert time.monotonic() < deadline, hub.tail()
+            await asyncio.sleep(1)
+        assert {s.id: s.status for s in after} == before  # no session lost or changed
+        # Alice's server reconnects, and her kernel (reached directly) keeps working.
+        run = await hub.fetch(
+            "POST",
+            f"user/alice/bai/api/v1/sessions/{session.id}/execute",
+            "alice",
+            {"code": "print(6 * 7)"},
+        )
+        assert run.code == 200, run.body
+        assert "42" in json.dumps(json.loads(run.body)["console"])
+        assert (await hub.server("bob").list_sessions()) is not None
+    finally:
+        await hub.fetch("DELETE", f"user/alice/api/kernels/{kernel_id}", "alice")
+        await _end_all(hub)
