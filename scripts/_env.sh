@@ -228,7 +228,24 @@ _bai_setup() {
         _bai_say ".venv up to date"
     fi
 
+    _bai_setup_hub_proxy || return 1
     bai_setup_docker || return 1
+}
+
+# JupyterHub's proxy (npm's configurable-http-proxy) for the Hub tests and the sample
+# Hub config, in .venv/node; installed once.
+_bai_setup_hub_proxy() {
+    local bin="$BAI_ROOT/.venv/node/node_modules/.bin/configurable-http-proxy"
+    [ -x "$bin" ] && return 0
+    if ! command -v npm >/dev/null 2>&1; then
+        _bai_say "no npm: JupyterHub's proxy is not installed (the Hub tests need it)"
+        [ "${CI:-}" != true ]
+        return
+    fi
+    _bai_say "installing configurable-http-proxy (npm, into .venv/node)"
+    mkdir -p "$BAI_ROOT/.venv/node"
+    _bai_quiet "$BAI_ROOT/.venv/.bai-npm.log" npm install --prefix "$BAI_ROOT/.venv/node" \
+        --no-audit --no-fund configurable-http-proxy@4
 }
 
 # Repo root = parent of the directory holding this file.

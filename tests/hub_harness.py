@@ -25,6 +25,7 @@ from typing import Any
 from urllib.error import HTTPError
 from urllib.request import Request, urlopen
 
+from conftest import skip_or_fail
 from test_server_harness import free_port
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
 
@@ -170,6 +171,8 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
     )
     port = free_port()
     chp = REPO / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if not chp.exists():
+        skip_or_fail(f"no JupyterHub proxy at {chp} (./scripts/test installs it)")
     env = {
         **os.environ,
         "BAI_HUB_STATE": str(state),

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from conftest import postgres_database
@@ -179,11 +180,13 @@ async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
             done = await hub.service(session.owner).wait_for(session.id, set(), timeout=240)
             assert done.status is Status.TERMINATED, (done.status_info, done.status_data)
             ended.append(done)
-        started = sorted(
+        granted = sorted(
             ended,
-            key=lambda s: next(h.at for h in s.status_history if h.status is Status.RUNNING),
+            key=lambda s: next(h.at for h in s.status_history if h.status is Status.SCHEDULED),
         )
-        assert [s.owner for s in started] == ["alice", "bob"] * 3
+        owners = [s.owner for s in granted]
+        # Each grant of two (one pass) goes to both users; plain FIFO would give alice's three.
+        assert [sorted(owners[i : i + 2]) for i in (0, 2, 4)] == [["alice", "bob"]] * 3, owners
     finally:
         await _end_all(hub)
 
@@ -207,6 +210,50 @@ async def test_per_user_limits_hold(hub: Hub) -> None:
             await bob.create(HALF)
     finally:
         await _end_all(hub)
+
+
+async def test_bai_in_a_kernel_reaches_the_service_as_its_owner(hub: Hub) -> None:
+    reply = await hub.fetch("POST", "user/alice/api/kernels", "alice", {"name": "bai-py"})
+    assert reply.code == 201, reply.body
+    kernel_id = json.loads(reply.body)["id"]
+    other = await hub.service("bob").create(HALF)
+    try:
+        (session,) = [
+            s for s in await hub.service("alice").list_sessions() if not s.status.is_terminal
+        ]
+        await _running(hub, "alice", session.id)
+        code = "%load_ext bai_jupyter\n%bai sessions --text"
+        run = await hub.fetch(
+            "POST",
+            f"user/alice/bai/api/v1/sessions/{session.id}/execute",
+            "alice",
+            {"code": code},
+        )
+        assert run.code == 200, run.body
+        shown = json.dumps(json.loads(run.body)["console"])
+        assert session.id[:8] in shown, shown  # her own, through the service
+        assert other.id[:8] not in shown, shown  # never bob's
+    finally:
+        await hub.fetch("DELETE", f"user/alice/api/kernels/{kernel_id}", "alice")
+        await _end_all(hub)
+
+
+def test_a_browser_signs_in_to_the_service_through_the_hub(hub: Hub, browser: Any) -> None:
+    """OAuth: a logged-in Hub user opening the service is signed in with no prompt."""
+    page = browser.new_page()
+    page.goto(f"{hub.url}hub/login")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "any")
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_url("**/user/alice/**", timeout=60_000)
+    # The API answers 403 to a request without credentials; the service's login page
+    # runs the Hub's OAuth (no prompt) and comes back to where it was sent.
+    api = f"{hub.service_url()}bai/api/v1/sessions"
+    page.goto(f"{hub.service_url()}login?next={urlsplit(api).path}")
+    page.wait_for_url(api, timeout=60_000)
+    body = json.loads(page.inner_text("body"))
+    assert "sessions" in body, body
+    assert all(s["owner"] == "alice" for s in body["sessions"])
 
 
 def _service_pid(hub: Hub) -> int:

@@ -33,23 +33,6 @@ from .auth import CallerAuthorizer, HubIdentity, TokenIdentity
 __all__ = ["ManagerService"]
 
 
-class _HubLogin(web.RequestHandler):
-    """Starts the Hub's OAuth for a browser, then sends it where it was going."""
-
-    def initialize(self, hub_auth: Any) -> None:
-        self.hub_auth = hub_auth
-
-    async def get(self) -> None:
-        target = self.get_argument("next", self.settings["base_url"])
-        if not target.startswith("/") or target.startswith("//"):
-            target = self.settings["base_url"]  # never redirect off this origin
-        if await self.hub_auth.get_user(self, sync=False):
-            self.redirect(target)
-            return
-        state = self.hub_auth.set_state_cookie(self, next_url=target)
-        self.redirect(self.hub_auth.authorize_url + "&state=" + state)
-
-
 class ManagerService(BaiCommand, ApiHost):
     """``bai-jupyter manager``: the shared manager service (under a JupyterHub, or alone)."""
 
@@ -120,14 +103,13 @@ class ManagerService(BaiCommand, ApiHost):
                 HubOAuthCallbackHandler,
             )
 
-            from .auth import ServiceOAuth
+            from .auth import ServiceOAuth, hub_login_handler
 
             hub_auth = ServiceOAuth.instance()
             base = self._base_url()
-            hub_auth.oauth_redirect_uri = url_path_join(base, "oauth_callback")
             extra = [
                 (url_path_join(base, "oauth_callback"), HubOAuthCallbackHandler, {}),
-                (url_path_join(base, "login"), _HubLogin, {"hub_auth": hub_auth}),
+                (url_path_join(base, "login"), hub_login_handler(), {"hub_auth": hub_auth}),
             ]
             return HubIdentity(parent=self, hub_auth=hub_auth), extra
         identity = TokenIdentity(parent=self)

@@ -85,6 +85,28 @@ def _service_oauth() -> type:
     return ServiceOAuth
 
 
+@functools.cache
+def hub_login_handler() -> type[web.RequestHandler]:
+    """The service's login page: runs the Hub's OAuth (no prompt for a signed-in Hub user),
+    then sends the browser on to ``?next=`` (a path of this origin)."""
+    from jupyterhub.services.auth import HubOAuthenticated
+
+    class HubLogin(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
+        def initialize(self, hub_auth: Any) -> None:
+            self.hub_auth = hub_auth
+
+        async def get(self) -> None:
+            target = self.get_argument("next", self.settings["base_url"])
+            if not target.startswith("/") or target.startswith("//"):
+                target = self.settings["base_url"]  # never off this origin
+            if await self.hub_auth.get_user(self, sync=False):
+                self.redirect(target)
+            else:  # back here after the Hub's callback, then on to the target
+                self.redirect(self.get_login_url())
+
+    return HubLogin
+
+
 def __getattr__(name: str) -> Any:
     if name == "ServiceOAuth":  # jupyterhub is imported only under a Hub
         return _service_oauth()
