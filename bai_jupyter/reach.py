@@ -21,13 +21,21 @@ from traitlets.config import Config
 from .api import SessionsAPI
 from .errors import BaiError, Unavailable
 from .loop_thread import LoopThread
-from .registry import current_manager, current_remote, kernel_owner, local_owner
+from .registry import (
+    current_manager,
+    current_remote,
+    kernel_owner,
+    local_owner,
+    manager_started,
+)
 
 if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
     from .manager import BaiSessionManager
 
 __all__ = ["find_sessions", "stop_embedded_manager"]
 
+#: How long a launch waits for the manager this process's server extension is starting.
+_REGISTRATION_WAIT = 120.0
 #: How long the process's exit waits for the embedded manager to finish its work.
 _EMBEDDED_STOP_TIMEOUT = 30.0
 
@@ -94,6 +102,7 @@ async def find_sessions(config: Config) -> tuple[SessionsAPI, str]:
     """The manager to use and a word for the log: in-process, remote, or embedded."""
     from .manager import ScopedManager
 
+    await manager_started(_REGISTRATION_WAIT)  # this server's, when it is starting one
     manager = current_manager()
     if manager is not None:
         return ScopedManager(manager, kernel_owner()), "the server's own manager"

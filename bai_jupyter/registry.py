@@ -7,6 +7,8 @@ directly instead of going over HTTP.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import getpass
 import os
 from contextvars import ContextVar
@@ -19,8 +21,10 @@ if TYPE_CHECKING:
 __all__ = [
     "current_manager",
     "current_remote",
+    "expect_manager",
     "kernel_owner",
     "local_owner",
+    "manager_started",
     "register_manager",
     "register_remote",
     "request_user",
@@ -33,12 +37,35 @@ request_user: ContextVar[str | None] = ContextVar("bai_jupyter_request_user", de
 
 _current: BaiSessionManager | None = None
 _remote: SessionsAPI | None = None
+#: Set while a server extension of this process is starting its manager; cleared once
+#: it is registered (or will not be).
+_starting: asyncio.Event | None = None
+
+
+def expect_manager(expected: bool = True) -> None:
+    """Say that a manager of this process is on its way (or, ``False``, that it is not):
+    a kernel launched meanwhile waits for it instead of starting one of its own."""
+    global _starting
+    if expected:
+        _starting = _starting or asyncio.Event()
+    elif _starting is not None:
+        _starting.set()
+        _starting = None
+
+
+async def manager_started(timeout: float) -> None:
+    """Wait (at most ``timeout`` s) for the manager this process is starting, if any."""
+    starting = _starting
+    if starting is not None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(starting.wait(), timeout)
 
 
 def register_manager(manager: BaiSessionManager) -> None:
     """Make ``manager`` the one in-process front ends use."""
     global _current
     _current = manager
+    expect_manager(False)
 
 
 def unregister_manager(manager: BaiSessionManager) -> None:
@@ -58,6 +85,7 @@ def register_remote(api: SessionsAPI | None) -> None:
     ``None`` forgets it. A server that owns no manager of its own registers this."""
     global _remote
     _remote = api
+    expect_manager(False)
 
 
 def current_remote() -> SessionsAPI | None:

@@ -22,7 +22,13 @@ from traitlets import Unicode
 from ..api import SessionsAPI
 from ..client import RemoteManager
 from ..manager import BaiSessionManager
-from ..registry import register_manager, register_remote, request_user, unregister_manager
+from ..registry import (
+    expect_manager,
+    register_manager,
+    register_remote,
+    request_user,
+    unregister_manager,
+)
 from .host import NAME, ApiHost, Step
 from .launches import LaunchErrorFilter
 from .routes import routes
@@ -102,6 +108,7 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
             )
             return
         self.manager = BaiSessionManager(parent=self, log=self.log)
+        expect_manager()  # kernels launched before it has started wait for it
         root = self.notebook_dir
         if root is None and self.serverapp is not None:
             root = self.serverapp.root_dir
@@ -118,7 +125,11 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
             register_remote(self.remote)  # for this server's kernel provisioner
             return
         assert self.manager is not None
-        await self.start_manager(serverapp.web_app.settings, serverapp.port)
+        try:
+            await self.start_manager(serverapp.web_app.settings, serverapp.port)
+        except BaseException:
+            expect_manager(False)  # launches fall back to a manager of their own
+            raise
         register_manager(self.manager)
 
     def sessions_api(
