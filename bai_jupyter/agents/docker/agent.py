@@ -32,7 +32,9 @@ __all__ = ["DockerAgent"]
 
 
 class DockerAgent(AgentBackend):
-    """One Docker engine (local socket or remote endpoint) as an agent."""
+    """One Docker engine (local socket or remote endpoint) as an agent.
+
+    ``endpoint`` and ``publish_ports`` are read when the agent is made."""
 
     backend = "docker"
     ssh = True
@@ -102,6 +104,7 @@ class DockerAgent(AgentBackend):
         return await engine_answers(self.endpoint)
 
     def announce(self, why: str) -> None:
+        """One line, named or chosen by ``auto``: the engine answered either way."""
         self.log.info("bai-jupyter: kernels run in Docker (the local engine answered)")
 
     async def machine_slots(self) -> ResourceSlot:
@@ -326,9 +329,10 @@ class DockerAgent(AgentBackend):
             self._watcher.start()
 
     async def _release(self) -> None:
-        """Stop the watcher thread, take our firewall rules out, drop the client."""
+        """Drop the client (later calls say the agent is closed), stop the watcher thread,
+        take our firewall rules out."""
+        await self.engine.close()
         if self._watcher is not None:
             self._watcher.stop()
             await asyncio.to_thread(self._watcher.join, 5)
         await self._firewall.remove()
-        await self.engine.close()

@@ -88,6 +88,7 @@ class LocalAgent(AgentBackend):
         return files.default_root()
 
     def announce(self, why: str) -> None:
+        """A warning: what kernels lose as local processes."""
         self.log.warning(
             "bai-jupyter: %s; kernels run as local processes "
             "(no isolation, no SSH, no resource limits)",
