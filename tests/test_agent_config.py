@@ -154,7 +154,8 @@ async def test_configured_agents_set_traits_over_the_class_config(tmp_path: Path
     assert (first.id, first.kill_grace, first.root) == ("local-1", 1.0, tmp_path / "k")
     assert await first.capacity() == ResourceSlot({"cpu": 2, "mem": "2g"})
     assert (second.id, second.resource_group, second.kill_grace) == ("mine", "gpu", 9.0)
-    with pytest.raises(InvalidRequest, match=r"agents\[0\]: capacity is no option of the local"):
+    unknown = r"agents\[0\]: the local backend has no option capacity \(options: id, kill_"
+    with pytest.raises(InvalidRequest, match=unknown):
         await plugins.make_agents([{"backend": "local", "capacity": {}}], "auto", parent)
     with pytest.raises(InvalidRequest, match=r"agents\[1\]: .*mem"):
         await plugins.make_agents([{"backend": "local"}, {"slots": {"mem": "x"}}], "auto", parent)

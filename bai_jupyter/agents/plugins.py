@@ -48,7 +48,7 @@ async def make_agents(
 ) -> list[AgentBackend]:
     """The configured agents (each ``{"backend": name, **traits}``, over the class config
     of ``parent``); none configured: the one agent ``backend`` chooses."""
-    made = [_configured(index, conf, parent) for index, conf in enumerate(configs, 1)]
+    made = [_configured(index, conf, parent) for index, conf in enumerate(configs)]
     return made or [await _chosen(backend, parent)]
 
 
@@ -60,14 +60,14 @@ def _configured(index: int, conf: Mapping[str, Any], parent: Configurable) -> Ag
     unknown = sorted(set(options) - known)
     if unknown:
         raise InvalidRequest(
-            f"agents[{index - 1}]: {', '.join(unknown)} is no option of the {name} backend "
+            f"agents[{index}]: the {name} backend has no option {', '.join(unknown)} "
             f"(options: {', '.join(sorted(known))})"
         )
-    options["id"] = options.get("id") or f"{name}-{index}"
+    options["id"] = options.get("id") or f"{name}-{index + 1}"
     try:
         return cls(parent=parent, **options)
     except TraitError as exc:
-        raise InvalidRequest(f"agents[{index - 1}]: {exc}") from exc
+        raise InvalidRequest(f"agents[{index}]: {exc}") from exc
 
 
 async def _chosen(backend: str, parent: Configurable) -> AgentBackend:

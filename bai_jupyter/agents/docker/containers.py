@@ -1,4 +1,4 @@
-"""A kernel's container: its limits, mounts, capabilities, ports and bootstrap files.
+"""A kernel's container: its limits, mounts, capabilities and ports.
 
 On a local engine the runtime, this package and the bootstrap file are bound
 read-only; a remote engine gets them copied in (see ``bootstrap``).
