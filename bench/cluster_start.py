@@ -253,7 +253,6 @@ async def run_bench(bench: Bench, root: Path, runs: int, warmup: int, settle: fl
         backend="docker",
         default_image=bench.image,
         data_folders_root=str(root / "folders"),
-        local_kernels_dir=str(root / "kernels"),
     )
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()

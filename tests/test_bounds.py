@@ -21,8 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_server_harness import MULTI_USER, Server, start_server
+from traitlets.config import Config
 
-from bai_jupyter.agents.docker import DockerAgent
+from bai_jupyter.agents.docker.containers import kernel_limits
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import KernelPlan
 from bai_jupyter.manager import BaiSessionManager
@@ -145,14 +146,14 @@ def test_any_accepted_request_holds_real_slots_that_docker_enforces(cpu: Any, me
     except (SpecError, ValueError):
         return
     assert MIN_RESOURCES.fits_in(slots)
-    limits = DockerAgent("x")._limits(_plan(slots))
+    limits = kernel_limits(_plan(slots), pids_limit=4096)
     assert limits["nano_cpus"] == slots["cpu"] * 10**9 > 0  # exact: no truncation to zero
     assert limits["mem_limit"] == limits["memswap_limit"] == slots["mem"] > 0
 
 
 def test_docker_refuses_a_kernel_without_limits() -> None:
     with pytest.raises(Exception, match="without a limit"):
-        DockerAgent("x")._limits(_plan(ResourceSlot({"mem": "1g"})))
+        kernel_limits(_plan(ResourceSlot({"mem": "1g"})), pids_limit=4096)
 
 
 # --- a pass survives a session it cannot handle ------------------------------------------------
@@ -198,7 +199,7 @@ def _manager(tmp_path: Path, **traits: Any) -> BaiSessionManager:
     return BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         data_folders_root=str(tmp_path / "folders"),
-        local_kernels_dir=str(tmp_path / "kernels"),
+        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
         pass_interval=0.5,
         **traits,
     )

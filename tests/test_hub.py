@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 #: One agent with room for two kernels of 0.5 cpu: enough to make sessions queue.
 MANAGER = """
 c.BaiSessionManager.agents = [
-    {"id": "shared", "backend": "docker", "capacity": {"cpu": "1", "mem": "3g"}}
+    {"id": "shared", "backend": "docker", "slots": {"cpu": "1", "mem": "3g"}}
 ]
 c.BaiSessionManager.policies = {
     "users": {"bob": {"max_concurrent_sessions": 1, "max_pending": 3,

@@ -15,9 +15,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from bai_jupyter.agents import local
 from bai_jupyter.agents.base import AgentError, KernelEvent, KernelEventKind
-from bai_jupyter.agents.local import LocalAgent
+from bai_jupyter.agents.local import LocalAgent, files, processes
 from bai_jupyter.kernel_plan import KernelPlan, bootstrap, kernel_environ, labels
 from bai_jupyter.model import Session, SessionSpec, SessionType
 from bai_jupyter.mounts import Mount
@@ -54,16 +53,18 @@ def root(tmp_path: Path) -> Iterator[Path]:
     """The agent's root; afterwards every process a test left behind is killed."""
     root = tmp_path / "kernels"
     yield root
-    table = local._read_process_table() or []
+    table = processes.read_process_table() or []
     pids = {
-        int(json.loads(meta.read_text())["pid"]) for meta in root.glob(f"*/*/{local.META_FILE}")
+        int(json.loads(meta.read_text())["pid"]) for meta in root.glob(f"*/*/{files.META_FILE}")
     }
-    ours = {pid for pid, proc in local._CHILDREN.items() if str(root) in str(local._argv(proc))}
+    ours = {
+        pid for pid, proc in processes.CHILDREN.items() if str(root) in str(processes.argv_of(proc))
+    }
     for pid in pids | ours:
-        for group in {pid} | local._descendant_groups(table, pid):
+        for group in {pid} | processes.descendant_groups(table, pid):
             with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGKILL)
-        proc = local._CHILDREN.pop(pid, None)
+        proc = processes.CHILDREN.pop(pid, None)
         if proc is not None:
             proc.wait(5)
 
@@ -280,7 +281,7 @@ def test_destroy_does_not_report_and_a_later_agent_adopts_kernels(
 
         assert await LocalAgent("someone-else", root=root).live_kernels() == []
         # A manager in another process: it has none of these processes as children.
-        monkeypatch.setattr(local, "_CHILDREN", {})
+        monkeypatch.setattr(processes, "CHILDREN", {})
         second = LocalAgent("local-a", root=root, poll_interval=0.05)
         live = await second.live_kernels()
         assert sorted((k.kernel_id, k.running) for k in live) == sorted(
@@ -327,11 +328,11 @@ def test_exec_errors_and_capacity(root: Path) -> None:
 
     async def body() -> None:
         agent = LocalAgent(root=root)
-        mem = await local._total_memory()
+        mem = await processes.total_memory()
         cap = await agent.capacity()
         assert cap.get_amount("cpu") == (os.cpu_count() or 1)
         assert cap.get_amount("mem") == mem - 512 * 1024**2
-        fixed = LocalAgent(root=root, capacity={"cpu": "1.5", "mem": "1g"})
+        fixed = LocalAgent(root=root, slots={"cpu": "1.5", "mem": "1g"})
         assert await fixed.capacity() == ResourceSlot({"cpu": "1.5", "mem": "1g"})
         huge = LocalAgent(root=root, reserve={"cpu": 10_000, "mem": "1e"})
         assert await huge.capacity() == ResourceSlot()
@@ -360,17 +361,17 @@ def test_destroy_kills_what_an_unresponsive_runtime_started(root: Path) -> None:
         runtime_pid = int(started.container_id[4:])
 
         async def command_started() -> bool:
-            table = await local._process_table()
-            return bool(local._descendant_groups(table, runtime_pid))
+            table = await processes.process_table()
+            return bool(processes.descendant_groups(table, runtime_pid))
 
         await until(command_started)
         # The runtime runs its command in a session of its own; frozen, it cannot stop it.
-        groups = local._descendant_groups(await local._process_table(), runtime_pid)
+        groups = processes.descendant_groups(await processes.process_table(), runtime_pid)
         assert runtime_pid not in groups
         os.kill(runtime_pid, signal.SIGSTOP)
         await agent.destroy_session(session.id)
         assert not alive(runtime_pid)
-        assert not local._any_alive(await local._process_table(), groups)
+        assert not processes.any_alive(await processes.process_table(), groups)
         await agent.close()
 
     run(body())

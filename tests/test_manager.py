@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from traitlets.config import Config
 
 from bai_jupyter.agents.docker import EGRESS_NETWORK, DockerAgent
 from bai_jupyter.errors import InvalidRequest
@@ -35,7 +36,7 @@ def _manager(tmp_path: Path, backend: str, **traits: Any) -> BaiSessionManager:
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         backend=backend,
         data_folders_root=str(tmp_path / "folders"),
-        local_kernels_dir=str(tmp_path / "kernels"),
+        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
         pass_interval=0.5,
         **traits,
     )
@@ -160,7 +161,7 @@ async def test_batch_success_and_timeout(manager: BaiSessionManager) -> None:
 
 
 async def test_queued_session_starts_when_capacity_frees(tmp_path: Path, backend: str) -> None:
-    small = [{"id": "small", "backend": backend, "capacity": {"cpu": "2", "mem": "2g"}}]
+    small = [{"id": "small", "backend": backend, "slots": {"cpu": "2", "mem": "2g"}}]
     async with _started(tmp_path, backend, agents=small) as mgr:
         big = await _run(mgr, {"resources": {"cpu": "2", "mem": "1g"}})
         waiting = await mgr.create({"resources": {"cpu": "1", "mem": "512m"}}, "bob")

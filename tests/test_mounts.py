@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from traitlets.config import Config
 
 from bai_jupyter.agents.docker import KEPT_CAPABILITIES
 from bai_jupyter.errors import InvalidRequest
@@ -157,9 +158,8 @@ async def mgr(tmp_path: Path, kernel_image: str) -> AsyncIterator[BaiSessionMana
         store_url=f"sqlite:///{tmp_path}/store/store.sqlite",
         backend="docker",
         data_folders_root=str(tmp_path / "folders"),
-        local_kernels_dir=str(tmp_path / "kernels"),
+        config=Config({"DockerAgent": {"disk_limit": "1g"}}),
         allowed_host_paths=[str(tmp_path / "allowed" / "rw"), f"{tmp_path}/allowed/ro:ro"],
-        kernel_disk_limit="1g",
         pass_interval=0.5,
     )
     (tmp_path / "store").mkdir()
@@ -250,7 +250,7 @@ async def test_local_backend_applies_the_same_policy(tmp_path: Path) -> None:
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         backend="local",
         data_folders_root=str(tmp_path / "folders"),
-        local_kernels_dir=str(tmp_path / "kernels"),
+        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
         pass_interval=0.5,
     )
     await manager.start()

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from test_server_harness import MULTI_USER, Server, serving
+from traitlets.config import Config
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.agents.docker import DockerAgent
@@ -212,7 +213,7 @@ async def manager(tmp_path: Path) -> AsyncIterator[BaiSessionManager]:
         store_url=f"sqlite:///{tmp_path}/srv/store.sqlite",
         backend="local",
         data_folders_root=str(tmp_path / "srv" / "folders"),
-        local_kernels_dir=str(tmp_path / "srv" / "kernels"),
+        config=Config({"LocalAgent": {"root": str(tmp_path / "srv" / "kernels")}}),
     )
     await mgr.start()
     try:

@@ -73,7 +73,7 @@ async def manager(
     tmp_path: Path, kernel_image: str, capacity: dict[str, str] | None
 ) -> AsyncIterator[BaiSessionManager]:
     """A manager on the test's own store, registered in-process like the server extension's."""
-    agents = [] if capacity is None else [{"id": "docker", "capacity": capacity}]
+    agents = [] if capacity is None else [{"id": "docker", "slots": capacity}]
     mgr = BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/store.sqlite",
         backend="docker",

@@ -153,7 +153,7 @@ c.ServerApp.root_dir = {str(root)!r}
 c.IdentityProvider.token = {TOKEN!r}
 c.BaiSessionManager.store_url = {f"sqlite:///{root}/store.sqlite"!r}
 c.BaiSessionManager.data_folders_root = {str(root / "folders")!r}
-c.BaiSessionManager.local_kernels_dir = {str(root / "local-kernels")!r}
+c.LocalAgent.root = {str(root / "local-kernels")!r}
 c.BaiSessionManager.pass_interval = 1.0
 """
     (conf_dir / "jupyter_server_config.py").write_text(base + config)

@@ -2,7 +2,9 @@
 
 Agents never touch the store: the manager decides, writes the decision, then
 asks the agent to act, and turns the agent's :class:`KernelEvent` reports into
-state changes.
+state changes. The rules every backend shares live here, once: capacity, the
+connection file of main1's ipykernel, the port keys of service ports, what a
+task time-out looks like, and the end of the event stream on close.
 """
 
 from __future__ import annotations
@@ -10,15 +12,28 @@ from __future__ import annotations
 import abc
 import asyncio
 import importlib.util
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from traitlets import Unicode, default
+from traitlets.config import LoggingConfigurable
+from traitlets.traitlets import MetaHasTraits
 
 from ..kernel_plan import KernelPlan
 from ..model import ExecResult
 from ..resources import ResourceSlot
+from ..runtime.protocol import (
+    CHANNEL_PORT_KEYS,
+    CHANNELS,
+    EXIT_TIMEOUT,
+    TASK_TIMEOUT_LINE,
+    ServicePort,
+)
+from .traits import HostPath, OptionalSlots, Slots
 
 #: This package, mounted read-only into kernels that can see this host's files.
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -95,21 +110,133 @@ class LiveKernel:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-class AgentBackend(abc.ABC):
-    """One node that runs kernels."""
+def kernel_connection(
+    connection: Mapping[str, Any] | None, ip: str, ports: Mapping[str, int]
+) -> dict[str, Any]:
+    """The connection file main1's ipykernel starts with: the plan's key and signature
+    scheme, and the address and channel ports it listens on where this backend runs it."""
+    return {
+        **(connection or {}),
+        "ip": ip,
+        **{key: ports[channel] for channel, key in zip(CHANNELS, CHANNEL_PORT_KEYS)},
+    }
 
-    #: ``docker`` or ``local``.
-    backend: str = ""
+
+def declared_services(bootstrap: Mapping[str, Any]) -> list[ServicePort]:
+    """main1's service ports, from its plan's bootstrap (the request checked them already)."""
+    try:
+        return [ServicePort.parse(str(spec)) for spec in bootstrap.get("service_ports") or []]
+    except ValueError as exc:
+        raise AgentError(f"bad service port: {exc}") from exc
+
+
+def service_key(service: ServicePort) -> str:
+    """The key of a service port in :attr:`KernelStarted.ports` (beside the channel names)."""
+    return f"service:{service.name}"
+
+
+#: How many of an ended kernel's last log lines are searched for the task-timeout line.
+TAIL_LINES = 20
+
+
+def task_timed_out(exit_code: int, log_tail: Callable[[int], bytes]) -> bool:
+    """Whether the runtime ended a batch task for its ``batch_timeout``: exit 124 *and* its
+    line among the log's last ``TAIL_LINES`` (a command's own 124 is a plain failure).
+
+    ``log_tail(n)`` reads the last ``n`` lines; it is called only for an exit of 124."""
+    return exit_code == EXIT_TIMEOUT and TASK_TIMEOUT_LINE.encode() in log_tail(TAIL_LINES)
+
+
+class _AgentMeta(MetaHasTraits, abc.ABCMeta):
+    """Traits and abstract methods on one class."""
+
+
+class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
+    """One node that runs kernels; its options are traits (``c.<BackendClass>.<trait>``).
+
+    A backend is found by its name in the entry-point group ``bai_jupyter.agents``;
+    each entry of ``c.BaiSessionManager.agents`` sets traits over the class config.
+    """
+
+    #: Its name in the entry-point group ``bai_jupyter.agents``.
+    backend: ClassVar[str] = ""
     #: Whether this agent's kernels run sshd and reach each other (clusters get SSH keys).
-    ssh: bool = False
+    ssh: ClassVar[bool] = False
+    #: Where ``backend = "auto"`` tries it, lowest first; ``None``: only when named.
+    auto_rank: ClassVar[int | None] = None
+    #: Why it cannot run kernels when :meth:`available` says no (for the log and errors).
+    unavailable_reason: ClassVar[str] = "it cannot run kernels here"
 
-    def __init__(self, agent_id: str, resource_group: str = "default") -> None:
-        self.id = agent_id
-        self.resource_group = resource_group
+    id = Unicode(
+        config=True,
+        help="The agent's id, unique among the manager's agents; default: the backend's "
+        "name (an entry of BaiSessionManager.agents without one: '<backend>-<n>').",
+    )
+    resource_group = Unicode(
+        "default", config=True, help="The resource group whose sessions this agent runs."
+    )
+    slots = OptionalSlots(
+        config=True,
+        help="What kernels may use on this agent in all, {slot: amount} (e.g. {'cpu': 8, "
+        "'mem': '32g'}); default: what the machine has, less `reserve`.",
+    )
+    reserve = Slots(
+        {"mem": "512m"},
+        config=True,
+        help="What kernels leave to the machine itself when `slots` is not set (each slot "
+        "clamped at zero: a reserve larger than the machine leaves nothing).",
+    )
+    runtime_dir = HostPath(
+        RUNTIME_DIR,
+        config=True,
+        help="The in-kernel runtime directory, run as `python3 <dir>` in every kernel; "
+        "default: the one of this package.",
+    )
+
+    def __init__(self, agent_id: str | None = None, **kwargs: Any) -> None:
+        """``agent_id``: the :attr:`id`, positionally (``LocalAgent("local-a", root=…)``)."""
+        if agent_id is not None:
+            kwargs["id"] = agent_id
+        super().__init__(**kwargs)
+        #: Set once closed: nothing more is started or watched.
+        self.closed = False
+        self._machine: ResourceSlot | None = None
+        self._events: asyncio.Queue[KernelEvent | None] = asyncio.Queue()
+
+    @default("id")
+    def _default_id(self) -> str:
+        return self.backend
+
+    # --- choice and capacity -------------------------------------------------------------------
+
+    async def available(self) -> bool:
+        """Whether this agent can run kernels here now (``backend = "auto"`` asks in turn)."""
+        return True
+
+    def announce(self, why: str) -> None:
+        """Say in the log that this agent runs the kernels, and ``why`` it was chosen."""
+        self.log.info("bai-jupyter: kernels run by the %s backend (%s)", self.backend, why)
+
+    async def capacity(self) -> ResourceSlot:
+        """What kernels may use here in all: ``slots`` when set, else the machine's less
+        ``reserve``, each slot clamped at zero."""
+        if self.slots is not None:
+            return self.slots
+        if self._machine is None:
+            self._machine = await self.machine_slots()
+        zero = Decimal(0)
+        return ResourceSlot(
+            {
+                slot: max(amount - self.reserve.get_amount(slot), zero)
+                for slot, amount in self._machine.items()
+            }
+        )
 
     @abc.abstractmethod
-    async def capacity(self) -> ResourceSlot:
-        """What kernels may use on this node in all."""
+    async def machine_slots(self) -> ResourceSlot:
+        """Everything the machine (or engine) has; asked once."""
+
+    # --- the host ------------------------------------------------------------------------------
 
     async def host_address(self) -> str | None:
         """The address this agent's kernels reach the manager's host at; ``None``: they cannot.
@@ -141,6 +268,8 @@ class AgentBackend(abc.ABC):
     async def has_image(self, image: str) -> bool:
         """Whether ``image`` is here to start kernels from (backends that run none: always)."""
         return True
+
+    # --- kernels -------------------------------------------------------------------------------
 
     @abc.abstractmethod
     async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
@@ -184,10 +313,39 @@ class AgentBackend(abc.ABC):
     async def live_kernels(self) -> list[LiveKernel]:
         """Every kernel of ours this agent has, running or not."""
 
-    @abc.abstractmethod
-    def events(self) -> AsyncIterator[KernelEvent]:
-        """Kernel exits and OOM kills as they happen, until :meth:`close`."""
+    # --- events and closing --------------------------------------------------------------------
 
-    @abc.abstractmethod
+    def events(self) -> AsyncIterator[KernelEvent]:
+        """Kernel exits, OOM kills and lost networks as they happen, until :meth:`close`.
+
+        Call it from the event loop that consumes them (one consumer)."""
+        if not self.closed:
+            self._watch_events()
+        return self._next_events()
+
+    def _watch_events(self) -> None:
+        """Start reporting, for a backend whose reports need starting (a watcher thread)."""
+
+    def _report(self, event: KernelEvent) -> None:
+        """Hand an event to :meth:`events` (in the loop's thread)."""
+        self._events.put_nowait(event)
+
+    async def _next_events(self) -> AsyncIterator[KernelEvent]:
+        while (event := await self._events.get()) is not None:
+            yield event
+        self._events.put_nowait(None)  # later iterators end too
+
     async def close(self) -> None:
-        """Stop watching; kernels keep running."""
+        """Stop watching and let go of what the agent holds; kernels keep running.
+
+        Every :meth:`events` iterator ends."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self._release()
+        finally:
+            self._events.put_nowait(None)
+
+    async def _release(self) -> None:
+        """Let go of this backend's own threads, tasks and clients (on close, once)."""

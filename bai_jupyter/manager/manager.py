@@ -15,14 +15,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
+from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend, AgentError
-from ..agents.factory import make_agents
+from ..agents.plugins import make_agents
 from ..errors import Conflict, Unavailable
 from ..model import Agent, ExecResult, Session, Status
 from ..mounts import MountPolicy
@@ -55,20 +54,22 @@ class BaiSessionManager(LoggingConfigurable):
         config=True,
         help="SQLAlchemy URL of the store; default: a SQLite file in the Jupyter data dir.",
     )
-    backend = Enum(
-        ["auto", "docker", "local"],
+    backend = Unicode(
         "auto",
         config=True,
-        help="Kernels run in Docker ('docker'), as local processes ('local'), or Docker "
-        "when an engine answers, else local ('auto'). Ignored when `agents` is set.",
+        help="The backend of the one agent made when `agents` is empty: a name in the "
+        "entry-point group bai_jupyter.agents ('docker': containers, configured as "
+        "c.DockerAgent; 'local': processes, c.LocalAgent), or 'auto': Docker when an "
+        "engine answers, else local.",
     )
     agents = List(
         Dict(),
         config=True,
-        help="Agents, each {'id', 'backend': 'docker'|'local', 'endpoint' (Docker URL), "
-        "'resource_group', 'capacity': {slot: amount}, 'reserve': {slot: amount}, "
-        "'publish_ports': true|false (Docker: main1's ports on 127.0.0.1; default: only "
-        "where its bridge address is not routable)}. Empty: one agent chosen by `backend`.",
+        help="Agents, each {'backend': name (default 'docker'), **options}: the options "
+        "are traits of that backend's class, set over its class config (DockerAgent: id, "
+        "resource_group, slots, reserve, endpoint, publish_ports, disk_limit, "
+        "host_firewall, pids_limit …; LocalAgent: id, resource_group, slots, reserve, "
+        "root …). Empty: one agent chosen by `backend`.",
     )
     resource_groups = Dict(
         {"default": {"sequencer": "fifo", "selector": "concentrated", "options": {}}},
@@ -87,12 +88,6 @@ class BaiSessionManager(LoggingConfigurable):
         help="Where named data folders live (<root>/<owner>/<name>); "
         "default: <jupyter data dir>/bai_jupyter/folders.",
     )
-    local_kernels_dir = Unicode(
-        "",
-        config=True,
-        help="Where the local backend keeps its kernels' working dirs and logs; "
-        "default: <jupyter runtime dir>/bai_jupyter/local-kernels.",
-    )
     allowed_host_paths = List(
         Unicode(),
         config=True,
@@ -102,21 +97,6 @@ class BaiSessionManager(LoggingConfigurable):
         "engines' sockets and state, the store's directory, the Jupyter runtime and data "
         "dirs, this package and its runtime, and other users' data folders. "
         "See docs/security-mounts in the README.",
-    )
-    kernel_disk_limit = Unicode(
-        "",
-        config=True,
-        help="Size limit of each Docker kernel's writable layer (e.g. '10g'); '' = none. "
-        "Needs a storage driver that supports it (overlay2 on xfs with pquota, "
-        "devicemapper, btrfs, zfs); elsewhere a warning is logged once and kernels run "
-        "without it.",
-    )
-    host_firewall = Bool(
-        True,
-        config=True,
-        help="Block Docker kernels from this host's services except the kernel-access "
-        "listener (an iptables chain BAI-JUPYTER-INPUT in INPUT; needs root and "
-        "iptables, else a warning is logged). Local engines only.",
     )
     policies = Dict(
         {},
@@ -242,15 +222,8 @@ class BaiSessionManager(LoggingConfigurable):
                 await agent.close()
 
     async def _make_agents(self) -> list[AgentBackend]:
-        local_root = Path(self.local_kernels_dir) if self.local_kernels_dir else None
-        return await make_agents(
-            list(self.agents),
-            self.backend,
-            self.log,
-            disk_limit=self.kernel_disk_limit,
-            firewall=self.host_firewall,
-            local_root=local_root,
-        )
+        """The agents this configuration gives, each configured by its class config."""
+        return await make_agents(list(self.agents), self.backend, parent=self)
 
     def wake(self) -> None:
         """Ask for a scheduling pass now."""

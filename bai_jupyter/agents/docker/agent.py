@@ -1,0 +1,338 @@
+"""``DockerAgent``: one Docker engine as an agent, tying its parts together.
+
+The engine client (``engine``), the bridges (``networks``), the containers
+(``containers``), the host firewall (``firewall``) and the event thread
+(``watcher``) each do one job; this class holds the options and orders the
+steps of starting and removing a session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+from jupyter_core.paths import jupyter_runtime_dir
+from traitlets import Bool, Int, Unicode
+
+from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
+from ...model import ExecResult, KernelRole
+from ...resources import ResourceSlot
+from ..base import AgentBackend, AgentError, KernelStarted, LiveKernel
+from .containers import KernelContainers, is_main
+from .engine import Engine, engine_answers, explain, gather_all, sees_our_files, unix_socket
+from .firewall import HostFirewall
+from .networks import EGRESS_NETWORK, Networks, network_name
+from .watcher import EventWatcher, Removals
+
+__all__ = ["DockerAgent"]
+
+
+class DockerAgent(AgentBackend):
+    """One Docker engine (local socket or remote endpoint) as an agent.
+
+    ``endpoint`` and ``publish_ports`` are read when the agent is made."""
+
+    backend = "docker"
+    ssh = True
+    auto_rank = 0
+    unavailable_reason = "no Docker engine answered"
+
+    endpoint = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="The engine's URL, e.g. 'unix:///var/run/docker.sock' or 'tcp://host:2376'; "
+        "default: the environment's engine (DOCKER_HOST, else the local socket).",
+    )
+    publish_ports = Bool(
+        None,
+        allow_none=True,
+        config=True,
+        help="Publish main1's ports on 127.0.0.1 (true), or reach main1 at its address on "
+        "the egress bridge (false); default: publish unless the engine is local on Linux.",
+    )
+    disk_limit = Unicode(
+        "",
+        config=True,
+        help="Size limit of each kernel's writable layer (e.g. '10g'); '' = none. Needs a "
+        "storage driver that supports it (overlay2 on xfs with pquota, devicemapper, btrfs, "
+        "zfs); elsewhere a warning is logged once and kernels run without it.",
+    )
+    host_firewall = Bool(
+        True,
+        config=True,
+        help="Block kernels from this host's services except the kernel-access listener "
+        "(an iptables chain BAI-JUPYTER-INPUT in INPUT; needs root and iptables, else a "
+        "warning is logged). Local engines on Linux only.",
+    )
+    pids_limit = Int(4096, config=True, help="How many processes each kernel may have at once.")
+
+    def __init__(self, agent_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(agent_id, **kwargs)
+        #: Whether the engine sees this machine's files (binds of our paths work).
+        self.local = sees_our_files(self.endpoint)
+        #: Publish main1's ports on 127.0.0.1, or reach them at its bridge address. A
+        #: Linux host routes to its own bridges, which spares the engine's per-port
+        #: proxy process (~60 ms per start, a hop on every message); elsewhere publish.
+        self.publish: bool = (
+            self.publish_ports
+            if self.publish_ports is not None
+            else not (self.local and sys.platform.startswith("linux"))
+        )
+        #: Where the bootstrap files of a local engine's kernels live until destroy.
+        self.bootstrap_root = Path(jupyter_runtime_dir()) / "bai_jupyter" / "bootstrap"
+        self.engine = Engine(self.id, self.endpoint)
+        self.networks = Networks(self.engine)
+        self.containers = KernelContainers(self, self.engine, self.log)
+        self._firewall = HostFirewall(self)
+        self._session_locks: dict[str, asyncio.Lock] = {}
+        self._removals = Removals()
+        self._watcher: EventWatcher | None = None
+
+    # -- the engine ----------------------------------------------------------------------
+
+    @classmethod
+    async def engine_answers(cls, endpoint: str | None = None, timeout: float = 3) -> bool:
+        """Whether a Docker engine answers a ping at ``endpoint`` within ``timeout`` seconds."""
+        return await engine_answers(endpoint, timeout)
+
+    async def available(self) -> bool:
+        return await engine_answers(self.endpoint)
+
+    def announce(self, why: str) -> None:
+        """One line, named or chosen by ``auto``: the engine answered either way."""
+        self.log.info("bai-jupyter: kernels run in Docker (the local engine answered)")
+
+    async def machine_slots(self) -> ResourceSlot:
+        api = await self.engine.api()
+        info = await self.engine.call(f"agent {self.id}: docker info", api.info)
+        return ResourceSlot({"cpu": int(info["NCPU"]), "mem": int(info["MemTotal"])})
+
+    async def has_image(self, image: str) -> bool:
+        api = await self.engine.api()
+        try:
+            await asyncio.to_thread(api.inspect_image, image)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.DockerException as exc:
+            raise AgentError(f"agent {self.id}: looking up image {image}: {explain(exc)}") from exc
+        return True
+
+    # -- the host ------------------------------------------------------------------------
+
+    async def host_address(self) -> str | None:
+        """The egress bridge's gateway, on an engine of this host (a remote one: ``None``)."""
+        return await self.networks.gateway() if self.local else None
+
+    @property
+    def shares_host_files(self) -> bool:
+        return self.local
+
+    def private_paths(self) -> list[str]:
+        """Bootstrap files (session keys), the runtime, and the engine's own socket."""
+        socket_path = unix_socket(self.endpoint)
+        return [
+            str(self.bootstrap_root),
+            str(self.runtime_dir),
+            socket_path or "/var/run/docker.sock",
+        ]
+
+    async def allow_host_ports(self, ports: list[int]) -> None:
+        """Block this engine's kernels from the host except ``ports`` (kernel access); see
+        :mod:`.firewall`. Without root or iptables a warning says the host is reachable."""
+        if not (self.host_firewall and self.local and sys.platform.startswith("linux")):
+            return
+        egress = await self.networks.egress_interface()
+        error = await self._firewall.allow(egress, sorted(set(ports)))
+        if error:
+            self.log.warning(
+                "agent %s: no host firewall (%s): kernels can reach every host service "
+                "listening on 0.0.0.0",
+                self.id,
+                error,
+            )
+
+    def late_port(self, port: int) -> int | None:
+        """Reached at main1's own address: any port works. Published: Docker cannot add one."""
+        return None if self.publish else port
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        """Start and destroy of one session never interleave (no half-removed leftovers)."""
+        return self._session_locks.setdefault(session_id, asyncio.Lock())
+
+    async def start_kernels(self, session_id: str, plans: list[KernelPlan]) -> list[KernelStarted]:
+        """Create every kernel's container, then start main1, then the rest; on any failure
+        remove what exists of the session here and raise :class:`AgentError`."""
+        api = await self.engine.api()
+        async with self._lock(session_id):
+            try:
+                return await self._start(api, session_id, plans)
+            except BaseException as exc:
+                # Cancelled or failed: nothing of the session may stay behind.
+                try:
+                    await asyncio.shield(self._remove_session(api, session_id))
+                except Exception as cleanup:  # report the first failure, not this one
+                    self.log.warning(
+                        "agent %s: clean-up of %s failed: %s", self.id, session_id, cleanup
+                    )
+                self.networks.egress_ready = False
+                if isinstance(exc, AgentError) or not isinstance(exc, Exception):
+                    raise
+                raise AgentError(f"cannot start session {session_id}: {exc}") from exc
+
+    async def _start(
+        self, api: Any, session_id: str, plans: list[KernelPlan]
+    ) -> list[KernelStarted]:
+        # A session of one kernel has nobody to talk to privately: no session network.
+        net = EGRESS_NETWORK if len(plans) == 1 else network_name(session_id)
+        # Made while main1 is created on the egress bridge; sub kernels wait for it.
+        net_ready = (
+            None if net == EGRESS_NETWORK else self.networks.session_network(api, session_id)
+        )
+        if net == EGRESS_NETWORK or any(map(is_main, plans)):
+            await self.networks.ensure_egress(api)
+        try:
+            created = await gather_all(
+                [self.containers.create(api, session_id, net, plan, net_ready) for plan in plans]
+            )
+        finally:
+            if net_ready is not None:  # settle it, so that a clean-up sees the network
+                await asyncio.gather(net_ready, return_exceptions=True)
+        # main1 first: its ipykernel boots while the engine starts the others (the engine
+        # starts a session's containers largely one after another, whatever we send at once).
+        for first in (True, False):
+            await gather_all(
+                [
+                    self.engine.call(f"cannot start kernel {plan.hostname}", api.start, cid)
+                    for plan, cid in zip(plans, created)
+                    if (plan.role is KernelRole.MAIN) is first
+                ]
+            )
+        return await gather_all(
+            [self.containers.started(api, plan, cid) for plan, cid in zip(plans, created)]
+        )
+
+    async def destroy_session(self, session_id: str) -> None:
+        api = await self.engine.api()
+        async with self._lock(session_id):
+            await self._remove_session(api, session_id)
+        self._session_locks.pop(session_id, None)
+
+    async def _remove_session(self, api: Any, session_id: str) -> None:
+        """Force-remove the session's containers, then its networks and bootstrap files.
+
+        Their die/destroy events then carry ``detail={"requested": True}``, so the
+        manager can tell its own removal from a kill from outside."""
+        self._removals.mark(session_id)
+        await self.containers.remove_session(api, session_id)
+        await self.networks.remove_session(api, session_id)
+        # The bootstrap files (they hold the session's keys) go with the kernels.
+        await asyncio.to_thread(shutil.rmtree, self.bootstrap_root / session_id, True)
+
+    # -- single kernels ------------------------------------------------------------------
+
+    async def logs(self, kernel_id: str) -> str:
+        api = await self.engine.api()
+        cid = await self.containers.find(api, kernel_id)
+        raw = await self.engine.call(
+            f"cannot read logs of kernel {kernel_id}", api.logs, cid, stdout=True, stderr=True
+        )
+        return bytes(raw).decode(errors="replace")
+
+    async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
+        """Run ``command`` in the kernel; exit code 124 means it ran past ``timeout``.
+
+        The time limit is enforced inside (coreutils ``timeout`` when the image has
+        it, so the process really ends) and outside (we stop waiting and raise)."""
+        api = await self.engine.api()
+        cid = await self.containers.find(api, kernel_id)
+        wrapped = [
+            "sh",
+            "-c",
+            'if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 "$0" "$@"; '
+            'else exec "$@"; fi',
+            f"{timeout:g}",
+            *command,
+        ]
+        what = f"cannot exec in kernel {kernel_id}"
+
+        def run() -> tuple[int, bytes]:
+            exec_id = api.exec_create(cid, wrapped, stdout=True, stderr=True)["Id"]
+            output = api.exec_start(exec_id)
+            return int(api.exec_inspect(exec_id)["ExitCode"]), bytes(output)
+
+        try:
+            exit_code, output = await asyncio.wait_for(self.engine.call(what, run), timeout + 10)
+        except asyncio.TimeoutError as exc:
+            raise AgentError(f"{what}: {command[0]} did not end within {timeout:g}s") from exc
+        return ExecResult(exit_code=exit_code, output=output.decode(errors="replace"))
+
+    async def signal(self, kernel_id: str, signum: int) -> None:
+        api = await self.engine.api()
+        cid = await self.containers.find(api, kernel_id)
+        await self.engine.call(f"cannot signal kernel {kernel_id}", api.kill, cid, signal=signum)
+
+    async def live_kernels(self) -> list[LiveKernel]:
+        """Every container with our labels, running or not, with its exit code.
+
+        States come from inspecting each container: the list endpoint's view lags
+        behind a ``die`` event for a moment, inspect does not."""
+        api = await self.engine.api()
+        found = await self.engine.call(
+            "cannot list kernels", api.containers, all=True, filters={"label": LABEL_ROOT}
+        )
+        ours = [
+            c["Id"] for c in found if {LABEL_SESSION, LABEL_KERNEL} <= set(c.get("Labels") or {})
+        ]
+
+        def inspect(cid: str) -> dict[str, Any] | None:
+            try:
+                info: dict[str, Any] = api.inspect_container(cid)
+            except docker.errors.NotFound:
+                return None  # removed meanwhile
+            return info
+
+        infos = await gather_all(
+            [self.engine.call(f"cannot inspect {cid[:12]}", inspect, cid) for cid in ours]
+        )
+        kernels: list[LiveKernel] = []
+        for info in infos:
+            if info is None:
+                continue
+            labels, state = info["Config"]["Labels"], info["State"]
+            running = bool(state["Running"])
+            kernels.append(
+                LiveKernel(
+                    session_id=labels[LABEL_SESSION],
+                    kernel_id=labels[LABEL_KERNEL],
+                    container_id=info["Id"],
+                    running=running,
+                    exit_code=None if running else int(state["ExitCode"]),
+                    labels=dict(labels),
+                )
+            )
+        return kernels
+
+    # -- events and closing --------------------------------------------------------------
+
+    def _watch_events(self) -> None:
+        """Start the thread that reads the engine's events from now on (once)."""
+        if self._watcher is None:
+            loop = asyncio.get_running_loop()
+            self._watcher = EventWatcher(self.engine, self._removals, loop, self._report, self.log)
+            self._watcher.start()
+
+    async def _release(self) -> None:
+        """Drop the client (later calls say the agent is closed), stop the watcher thread,
+        take our firewall rules out."""
+        await self.engine.close()
+        if self._watcher is not None:
+            self._watcher.stop()
+            await asyncio.to_thread(self._watcher.join, 5)
+        await self._firewall.remove()

@@ -1,0 +1,66 @@
+"""How the runtime's instructions (and the runtime) get into a kernel's container.
+
+Each container gets ``/home/config/bootstrap.json``: on a local engine a private
+host file bind-mounted read-only (removed with the session), on a remote one
+copied in by ``put_archive`` before start, with the runtime itself. The rest of
+``/home/config`` stays writable (ipykernel rewrites its connection file there).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ...runtime.protocol import RUNTIME_MOUNT
+
+__all__ = ["bootstrap_archive", "write_bootstrap"]
+
+
+def bootstrap_archive(bootstrap: dict[str, Any], runtime_dir: Path) -> bytes:
+    """For an engine that cannot see our files: ``home/config/bootstrap.json`` (0600), an
+    empty ``home/work/``, and the runtime itself under ``opt/bai-runtime`` (read-only)."""
+    buf = io.BytesIO()
+    now = time.time()
+
+    def add_dir(tar: tarfile.TarFile, name: str, mode: int) -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
+        tar.addfile(info)
+
+    def add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), mode, now
+        tar.addfile(info, io.BytesIO(data))
+
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        add_dir(tar, "home/config", 0o755)
+        add_file(tar, "home/config/bootstrap.json", json.dumps(bootstrap).encode(), 0o600)
+        add_dir(tar, "home/work", 0o755)
+        add_dir(tar, RUNTIME_MOUNT.lstrip("/"), 0o555)
+        for path in sorted(runtime_dir.rglob("*")):
+            if "__pycache__" in path.parts:
+                continue
+            name = f"{RUNTIME_MOUNT.lstrip('/')}/{path.relative_to(runtime_dir).as_posix()}"
+            if path.is_dir():
+                add_dir(tar, name, 0o555)
+            else:
+                add_file(tar, name, path.read_bytes(), 0o444)
+    return buf.getvalue()
+
+
+def write_bootstrap(folder: Path, hostname: str, bootstrap: dict[str, Any]) -> Path:
+    """The runtime's instructions in a private host file, bind-mounted read-only.
+
+    A bind costs nothing at start, where copying a tar in takes ~35 ms; the
+    rest of ``/home/config`` stays writable inside the container."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{hostname}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        json.dump(bootstrap, file)
+    return path

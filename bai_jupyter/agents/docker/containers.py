@@ -1,0 +1,348 @@
+"""A kernel's container: its limits, mounts, capabilities and ports.
+
+On a local engine the runtime, this package and the bootstrap file are bound
+read-only; a remote engine gets them copied in (see ``bootstrap``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Protocol
+
+import docker.errors
+
+from ...kernel_plan import LABEL_KERNEL, LABEL_SESSION, KernelPlan
+from ...model import KernelRole
+from ...resources import parse_amount
+from ...runtime.protocol import CONFIG_DIR, DEFAULT_IMAGE, KERNEL_PORTS, RUNTIME_MOUNT, WORK_DIR
+from ..base import (
+    AgentError,
+    KernelStarted,
+    declared_services,
+    kernel_connection,
+    kernel_packages,
+    service_key,
+)
+from .bootstrap import bootstrap_archive, write_bootstrap
+from .engine import BindMount, Engine, explain, gather_all
+from .networks import EGRESS_NETWORK
+
+__all__ = ["KEPT_CAPABILITIES", "ContainerSettings", "KernelContainers", "kernel_limits"]
+
+#: The bai_jupyter package, read-only, on every kernel's PYTHONPATH (``%bai`` in main1).
+PACKAGE_ROOT = "/opt/bai-jupyter"
+#: The only Linux capabilities a kernel keeps (all others are dropped): what sshd
+#: needs (privilege separation: SETUID, SETGID, SYS_CHROOT, AUDIT_WRITE; KILL,
+#: NET_BIND_SERVICE) and what ordinary code run as the container's root needs to manage
+#: its own files (CHOWN, DAC_OVERRIDE, FOWNER, FSETID). Dropped from Docker's default
+#: set: MKNOD, NET_RAW (raw sockets, spoofing), SETPCAP, SETFCAP.
+KEPT_CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETUID",
+    "SETGID",
+    "SYS_CHROOT",
+    "AUDIT_WRITE",
+    "NET_BIND_SERVICE",
+)
+
+
+def container_name(session_id: str, hostname: str) -> str:
+    return f"bai-{session_id[:12]}-{hostname}"
+
+
+def is_main(plan: KernelPlan) -> bool:
+    """The kernel that publishes ports: the interactive (or service) main kernel."""
+    return plan.role is KernelRole.MAIN and (
+        plan.bootstrap.get("mode") == "kernel" or bool(plan.bootstrap.get("service_ports"))
+    )
+
+
+def kernel_limits(plan: KernelPlan, pids_limit: int) -> dict[str, Any]:
+    """The engine's limits, exactly the slots the scheduler booked for the kernel.
+
+    Docker reads a zero or absent CPU or memory limit as "unlimited": a kernel
+    without both is refused rather than run uncapped while booked as using nothing.
+    """
+    try:
+        nano = int(parse_amount("cpu", plan.slots.get("cpu", 0)) * Decimal(10**9))
+        mem = int(parse_amount("mem", plan.slots.get("mem", 0)))
+    except ValueError as exc:
+        raise AgentError(f"kernel {plan.hostname}: {exc}") from exc
+    if nano <= 0 or mem <= 0:
+        raise AgentError(
+            f"kernel {plan.hostname}: slots {plan.slots} lack a cpu or mem amount; "
+            "Docker would run it without a limit"
+        )
+    # Memory and memory+swap equal: no swap.
+    return {"pids_limit": pids_limit, "nano_cpus": nano, "mem_limit": mem, "memswap_limit": mem}
+
+
+def _service_ports(plan: KernelPlan) -> list[tuple[str, int]]:
+    """main1's service ports as (port key, port in the container)."""
+    found = []
+    for service in declared_services(plan.bootstrap):
+        if service.port in KERNEL_PORTS.values():
+            raise AgentError(f"bad service port {service}: 2300–2304 are the kernel's own")
+        found.append((service_key(service), service.port))
+    return found
+
+
+def _check_sources(paths: list[Path]) -> None:
+    """Every mount source exists: none is created here (the manager makes data folders)."""
+    for path in paths:
+        if not path.exists():
+            raise AgentError(f"cannot mount {path}: no such host path")
+
+
+class ContainerSettings(Protocol):
+    """What the container spec reads from its agent, at each use."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def local(self) -> bool: ...
+    @property
+    def publish(self) -> bool: ...
+    @property
+    def runtime_dir(self) -> Path: ...
+    @property
+    def bootstrap_root(self) -> Path: ...
+    @property
+    def pids_limit(self) -> int: ...
+    @property
+    def disk_limit(self) -> str: ...
+
+
+class KernelContainers:
+    """Creates kernels' containers on one engine, reads back their ports, removes them."""
+
+    def __init__(
+        self,
+        settings: ContainerSettings,
+        engine: Engine,
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.log = log
+        #: Whether the engine accepted ``storage_opt`` (``None``: not tried yet).
+        self._disk_limit_works: bool | None = None
+        self._disk_lock = asyncio.Lock()
+
+    async def create(
+        self,
+        api: Any,
+        session_id: str,
+        net: str,
+        plan: KernelPlan,
+        net_ready: asyncio.Future[None] | None = None,
+    ) -> str:
+        """Create (not start) one kernel's container with its bootstrap files in place."""
+        settings = self.settings
+        bootstrap = dict(plan.bootstrap)
+        publish: dict[int, tuple[str]] = {}
+        if is_main(plan):
+            if bootstrap.get("mode") == "kernel":
+                bootstrap["connection"] = kernel_connection(
+                    bootstrap.get("connection"), "0.0.0.0", KERNEL_PORTS
+                )
+                publish.update({port: ("127.0.0.1",) for port in KERNEL_PORTS.values()})
+            for _, port in _service_ports(plan):
+                publish[port] = ("127.0.0.1",)
+
+        # Bind mounts of paths that must exist (the engine would create missing ones as root).
+        mounts = [
+            BindMount(m.target, m.source, type="bind", read_only=m.read_only) for m in plan.mounts
+        ]
+        command = ["python3", RUNTIME_MOUNT]
+        if plan.work_dir:  # the notebook's folder, under its mount
+            command += ["--work-dir", plan.work_dir]
+        if settings.local:
+            command += ["--python-path", PACKAGE_ROOT]
+            await asyncio.to_thread(_check_sources, [Path(m.source) for m in plan.mounts])
+            mounts.append(
+                BindMount(RUNTIME_MOUNT, str(settings.runtime_dir), type="bind", read_only=True)
+            )
+            mounts += [
+                BindMount(f"{PACKAGE_ROOT}/{d.name}", str(d), type="bind", read_only=True)
+                for d in kernel_packages()
+            ]
+            boot = await asyncio.to_thread(
+                write_bootstrap, settings.bootstrap_root / session_id, plan.hostname, bootstrap
+            )
+            mounts.append(
+                BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), type="bind", read_only=True)
+            )
+        first_net = EGRESS_NETWORK if publish else net
+        limits = kernel_limits(plan, settings.pids_limit)
+        disk = await self._disk_option(api, plan.image)
+        # No alias on the shared bridge: "main1" must resolve only inside its session.
+        endpoint = api.create_endpoint_config(
+            aliases=None if first_net == EGRESS_NETWORK else [plan.hostname]
+        )
+        what = f"cannot create kernel {plan.hostname} of session {session_id}"
+        if first_net == net and net_ready is not None:
+            await net_ready
+
+        def create() -> Any:
+            host_config = api.create_host_config(
+                mounts=mounts,
+                init=True,
+                port_bindings=(publish or None) if settings.publish else None,
+                network_mode=first_net,
+                cap_drop=["ALL"],
+                cap_add=list(KEPT_CAPABILITIES),
+                security_opt=["no-new-privileges"],
+                storage_opt={"size": disk} if disk else None,
+                **limits,
+            )
+            return api.create_container(
+                plan.image,
+                command=command,
+                name=container_name(session_id, plan.hostname),
+                hostname=plan.hostname,
+                labels=plan.labels,
+                environment=plan.env,
+                working_dir=plan.work_dir or WORK_DIR,
+                ports=list(publish) or None,
+                host_config=host_config,
+                networking_config=api.create_networking_config({first_net: endpoint}),
+            )
+
+        try:
+            created = await asyncio.to_thread(create)
+        except docker.errors.ImageNotFound as exc:
+            hint = (
+                "build it with `bai-jupyter image build`"
+                if plan.image == DEFAULT_IMAGE
+                else "pull or build it on this engine first (no registry is asked at start)"
+            )
+            raise AgentError(
+                f"image {plan.image} not found on agent {settings.id}: {hint}"
+            ) from exc
+        except docker.errors.DockerException as exc:
+            raise AgentError(f"{what}: {explain(exc)}") from exc
+        cid = str(created["Id"])
+        if first_net != net:
+            if net_ready is not None:
+                await net_ready
+            await self.engine.call(
+                f"{what}: cannot join {net}",
+                api.connect_container_to_network,
+                cid,
+                net,
+                aliases=[plan.hostname],
+            )
+        if not settings.local:  # a remote engine cannot see our files: copy them in
+            archive = await asyncio.to_thread(bootstrap_archive, bootstrap, settings.runtime_dir)
+            await self.engine.call(
+                f"{what}: cannot write {plan.hostname}'s bootstrap",
+                api.put_archive,
+                cid,
+                "/",
+                archive,
+            )
+        return cid
+
+    async def _disk_option(self, api: Any, image: str) -> str:
+        """``disk_limit`` where the storage driver takes a size, else '' (warned once).
+
+        Probed once with a throwaway, unlabelled container: a refused kernel container
+        would still send a ``destroy`` event the manager reads as the kernel's death."""
+        size = self.settings.disk_limit
+        if not size:
+            return ""
+        async with self._disk_lock:
+            if self._disk_limit_works is None:
+
+                def probe() -> str | None:
+                    config = api.create_host_config(storage_opt={"size": size})
+                    try:
+                        made = api.create_container(image, command=["true"], host_config=config)
+                    except docker.errors.ImageNotFound:
+                        return ""  # the kernel's own create says so; probe again later
+                    except docker.errors.APIError as exc:
+                        return explain(exc)
+                    api.remove_container(made["Id"], force=True)
+                    return None
+
+                error = await self.engine.call("cannot probe disk_limit", probe)
+                if error:
+                    self.log.warning(
+                        "agent %s: disk_limit %s not applied (the storage driver "
+                        "cannot limit a container's size here): %s",
+                        self.settings.id,
+                        size,
+                        error,
+                    )
+                if error != "":
+                    self._disk_limit_works = error is None
+        return size if self._disk_limit_works else ""
+
+    async def started(self, api: Any, plan: KernelPlan, cid: str) -> KernelStarted:
+        """Read back where this host reaches a started kernel's ports."""
+        if not is_main(plan):
+            return KernelStarted(kernel_id=plan.kernel_id, container_id=cid)
+        info = await self.engine.call(
+            f"cannot inspect kernel {plan.hostname}", api.inspect_container, cid
+        )
+        published: dict[str, Any] = info["NetworkSettings"]["Ports"] or {}
+        address = info["NetworkSettings"]["Networks"][EGRESS_NETWORK]["IPAddress"]
+        publish = self.settings.publish
+
+        def host_port(port: int) -> int:
+            if not publish:
+                return port  # reached at the container's own address
+            for binding in published.get(f"{port}/tcp") or []:
+                if binding.get("HostPort"):
+                    return int(binding["HostPort"])
+            raise AgentError(f"kernel {plan.hostname}: port {port} was not published")
+
+        ports: dict[str, int] = {}
+        if plan.bootstrap.get("mode") == "kernel":
+            ports.update({name: host_port(port) for name, port in KERNEL_PORTS.items()})
+        ports.update({key: host_port(port) for key, port in _service_ports(plan)})
+        host = "127.0.0.1" if publish else address
+        return KernelStarted(kernel_id=plan.kernel_id, container_id=cid, host=host, ports=ports)
+
+    async def find(self, api: Any, kernel_id: str) -> str:
+        """The container id of a kernel (running or not); AgentError when there is none."""
+        found = await self.engine.call(
+            "cannot list kernels",
+            api.containers,
+            all=True,
+            filters={"label": f"{LABEL_KERNEL}={kernel_id}"},
+        )
+        if not found:
+            raise AgentError(f"no kernel {kernel_id} on agent {self.settings.id}")
+        return str(found[0]["Id"])
+
+    async def remove_session(self, api: Any, session_id: str) -> None:
+        """Force-remove the session's containers, concurrently (idempotent)."""
+        label = f"{LABEL_SESSION}={session_id}"
+        containers = await self.engine.call(
+            "cannot list kernels", api.containers, all=True, filters={"label": label}
+        )
+
+        def remove(cid: str) -> None:
+            try:
+                api.remove_container(cid, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if "already in progress" not in explain(exc):
+                    raise  # else another caller is removing it: the same outcome
+
+        await gather_all(
+            [
+                self.engine.call(f"cannot remove container {c['Id'][:12]}", remove, c["Id"])
+                for c in containers
+            ]
+        )

@@ -1,0 +1,154 @@
+"""One Docker engine through the docker SDK: the client, its errors, and calls in threads.
+
+The SDK is blocking: every call runs in a worker thread (``asyncio.to_thread``),
+and its errors become :class:`AgentError` in the engine's own words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import docker.errors
+from docker.client import DockerClient
+from docker.types.services import Mount as _SDKMount
+
+from ..base import AgentError
+
+__all__ = ["BindMount", "Engine", "engine_answers", "explain", "gather_all", "unix_socket"]
+
+#: The SDK has no type hints: we hold its objects as ``Any`` at this one boundary
+#: (calling its unannotated functions directly is an error under mypy --strict).
+_SDKClient: Any = DockerClient
+#: A bind mount (``docker.types.Mount``; unannotated, hence ``Any``).
+BindMount: Any = _SDKMount
+
+T = TypeVar("T")
+
+#: Concurrent engine calls (one per kernel while a big session starts) reuse connections.
+_POOL_SIZE = 32
+
+
+def unix_socket(endpoint: str | None) -> str | None:
+    """The socket path of a local engine URL (``None`` for tcp/ssh engines)."""
+    url = endpoint or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    for scheme in ("unix://", "http+unix://"):
+        if url.startswith(scheme):
+            return url[len(scheme) :]
+    return None
+
+
+def sees_our_files(endpoint: str | None) -> bool:
+    """Whether the engine runs on this machine (binds of our paths work there)."""
+    url = endpoint or os.environ.get("DOCKER_HOST") or "unix://"
+    return url.startswith(("unix://", "http+unix://", "npipe://"))
+
+
+def new_client(endpoint: str | None, timeout: float) -> Any:
+    """A blocking SDK client; its constructor already asks the engine's API version.
+
+    A local socket is probed first: the SDK leaks its socket when the connect
+    fails (a ResourceWarning on every try while the engine is down)."""
+    path = unix_socket(endpoint)
+    if path is not None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(timeout)
+            probe.connect(path)
+    if endpoint is None:
+        return _SDKClient.from_env(timeout=timeout, max_pool_size=_POOL_SIZE)
+    return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE)
+
+
+def explain(exc: BaseException) -> str:
+    """The engine's own words for an SDK error (not the HTTP wrapper text)."""
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc)
+
+
+async def engine_answers(endpoint: str | None = None, timeout: float = 3) -> bool:
+    """Whether a Docker engine answers a ping at ``endpoint`` within ``timeout`` seconds."""
+
+    def ping() -> bool:
+        try:
+            client = new_client(endpoint, timeout)
+        except Exception:
+            return False
+        try:
+            return bool(client.ping())
+        except Exception:
+            return False
+        finally:
+            client.close()
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(ping), timeout + 1)
+    except asyncio.TimeoutError:
+        return False
+
+
+async def gather_all(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """Run all; wait for all (even when cancelled), then raise the first error.
+
+    Nothing may still be creating a container while clean-up lists them."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    if not tasks:
+        return []
+    try:
+        results = await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+    except asyncio.CancelledError:
+        # An engine call in a thread cannot be stopped: let those in flight land,
+        # so that the clean-up which follows sees every container they made.
+        await asyncio.wait(tasks)
+        raise
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [r for r in results if not isinstance(r, BaseException)]
+
+
+class Engine:
+    """The engine of one agent: an SDK client made on first use, and calls in threads."""
+
+    def __init__(self, agent_id: str, endpoint: str | None) -> None:
+        self.agent_id = agent_id
+        #: ``None``: the environment's engine (``DOCKER_HOST`` or the local socket).
+        self.endpoint = endpoint
+        self.closed = False
+        self._client: Any = None
+        self._lock = asyncio.Lock()
+
+    def new_client(self, timeout: float = 60) -> Any:
+        """A client of its own, for a thread that blocks on the engine (the event stream)."""
+        return new_client(self.endpoint, timeout)
+
+    async def api(self) -> Any:
+        """The low-level client, created on first use (in a thread: it talks to the engine)."""
+        if self.closed:
+            raise AgentError(f"agent {self.agent_id} is closed")
+        async with self._lock:
+            if self._client is None:
+                try:
+                    self._client = await asyncio.to_thread(self.new_client)
+                except (docker.errors.DockerException, OSError) as exc:
+                    raise AgentError(
+                        f"agent {self.agent_id}: no Docker engine answers at "
+                        f"{self.endpoint or 'the default socket'}: {explain(exc)}"
+                    ) from exc
+        return self._client.api
+
+    async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one blocking SDK call in a thread; engine errors become :class:`AgentError`."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except docker.errors.DockerException as exc:
+            raise AgentError(f"{what}: {explain(exc)}") from exc
+
+    async def close(self) -> None:
+        """Drop the client; later calls say the agent is closed."""
+        self.closed = True
+        if self._client is not None:
+            await asyncio.to_thread(self._client.close)
+            self._client = None
