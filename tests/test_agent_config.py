@@ -21,7 +21,6 @@ from bai_jupyter.agents.base import (
     KernelStarted,
     LiveKernel,
     kernel_connection,
-    service_key,
     task_timed_out,
 )
 from bai_jupyter.agents.docker import DockerAgent
@@ -95,7 +94,7 @@ def test_shared_kernel_protocol() -> None:
     conn = kernel_connection(plan, "0.0.0.0", KERNEL_PORTS)
     assert conn["key"] == "k" and conn["ip"] == "0.0.0.0"
     assert [conn[f"{name}_port"] for name in KERNEL_PORTS] == list(KERNEL_PORTS.values())
-    assert service_key(ServicePort.parse("web:http:8080")) == "service:web"
+    assert ServicePort.parse("web:http:8080").port_key == "service:web"
     said = f"out\n{TASK_TIMEOUT_LINE} after 1 s\n".encode()
     asked: list[int] = []
 

@@ -130,11 +130,6 @@ def declared_services(bootstrap: Mapping[str, Any]) -> list[ServicePort]:
         raise AgentError(f"bad service port: {exc}") from exc
 
 
-def service_key(service: ServicePort) -> str:
-    """The key of a service port in :attr:`KernelStarted.ports` (beside the channel names)."""
-    return f"service:{service.name}"
-
-
 #: How many of an ended kernel's last log lines are searched for the task-timeout line.
 TAIL_LINES = 20
 

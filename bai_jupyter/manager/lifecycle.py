@@ -13,11 +13,17 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Protocol
 
-from ..agents.base import AgentBackend, AgentError, KernelEvent, KernelStarted
+from ..agents.base import (
+    AgentBackend,
+    AgentError,
+    KernelEvent,
+    KernelStarted,
+    kernel_connection,
+)
 from ..kernel_plan import KernelPlan, bootstrap, generate_ssh_keys, kernel_environ, labels
 from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
 from ..mounts import Mount
-from ..runtime.protocol import CHANNELS, READY_LINE
+from ..runtime.protocol import READY_LINE
 from ..store import Transaction
 from .core import Core, Settings, move
 from .mount_check import ADMIN_MOUNTS, MountCheck
@@ -237,9 +243,5 @@ def _running(session: Session, started: list[KernelStarted], plans: list[KernelP
         kernel.info = {"host": done.host, "ports": dict(done.ports)}
         conn = plan_by_id[kernel.id].bootstrap.get("connection")
         if conn and "shell" in done.ports:
-            kernel.info["connection"] = {
-                **conn,
-                "ip": done.host,
-                **{f"{ch}_port": done.ports[ch] for ch in CHANNELS},
-            }
+            kernel.info["connection"] = kernel_connection(conn, done.host, done.ports)
     move(session, Status.RUNNING, time.time())

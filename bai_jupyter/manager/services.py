@@ -52,7 +52,7 @@ class ServicePorts:
             s.spec.service_ports = [*s.spec.service_ports, spec]
             for kernel in s.kernels:
                 if kernel.role is KernelRole.MAIN:
-                    ports = {**kernel.info.get("ports", {}), f"service:{service.name}": reached}
+                    ports = {**kernel.info.get("ports", {}), service.port_key: reached}
                     kernel.info = {**kernel.info, "ports": ports}
 
         return await self.core.edit(session.id, adding)

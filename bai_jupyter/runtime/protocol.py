@@ -91,6 +91,11 @@ class ServicePort(_ServicePortBase):
         return cls(match.group(1), match.group(2), port)
 
     @property
+    def port_key(self) -> str:
+        """Its key among a started kernel's ports (beside the Jupyter channels' names)."""
+        return f"service:{self.name}"
+
+    @property
     def proxied(self) -> bool:
         """Whether the server proxies it (HTTP and WebSocket); raw ``tcp`` is not."""
         return self.protocol != "tcp"

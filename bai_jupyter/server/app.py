@@ -19,6 +19,9 @@ from jupyter_server.utils import ensure_async
 from tornado import web
 from traitlets import Unicode
 
+from ..agents.base import AgentBackend
+from ..agents.docker import DockerAgent
+from ..agents.local import LocalAgent
 from ..api import SessionsAPI
 from ..client import RemoteManager
 from ..manager import BaiSessionManager
@@ -59,7 +62,7 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
 
     name = NAME
     load_other_extensions = True
-    classes = [BaiSessionManager]  # noqa: RUF012 (traitlets' own class attribute)
+    classes = [BaiSessionManager, AgentBackend, DockerAgent, LocalAgent]  # noqa: RUF012
 
     manager_url = Unicode(
         config=True,

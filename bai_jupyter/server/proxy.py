@@ -117,7 +117,7 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             raise InvalidRequest(f"service {service!r} is raw tcp: it is not proxied over HTTP")
         require_running(session)
         main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
-        port = main.info.get("ports", {}).get(f"service:{service}")
+        port = main.info.get("ports", {}).get(services[service].port_key)
         host = main.info.get("host")
         if not host or not port:
             raise Unavailable(f"session {session.id}: main1's port of {service!r} is not known yet")

@@ -24,7 +24,6 @@ from ..base import (
     declared_services,
     kernel_connection,
     kernel_packages,
-    service_key,
 )
 from .bootstrap import bootstrap_archive, write_bootstrap
 from .engine import BindMount, Engine, explain, gather_all
@@ -90,7 +89,7 @@ def _service_ports(plan: KernelPlan) -> list[tuple[str, int]]:
     for service in declared_services(plan.bootstrap):
         if service.port in KERNEL_PORTS.values():
             raise AgentError(f"bad service port {service}: 2300–2304 are the kernel's own")
-        found.append((service_key(service), service.port))
+        found.append((service.port_key, service.port))
     return found
 
 

@@ -42,7 +42,6 @@ from ..base import (
     LiveKernel,
     declared_services,
     kernel_connection,
-    service_key,
     task_timed_out,
 )
 from ..traits import HostPath
@@ -150,7 +149,7 @@ class LocalAgent(AgentBackend):
             ports = _connection_ports(connection)
             boot["connection"] = kernel_connection(connection, "127.0.0.1", ports)
         # Natively a service listens on its declared port itself: no mapping.
-        ports.update({service_key(s): s.port for s in declared_services(boot)})
+        ports.update({s.port_key: s.port for s in declared_services(boot)})
         env = dict(plan.env)
         if env.get("MASTER_ADDR") == "main1":
             # Cluster hostnames do not resolve natively; every kernel is on this machine.
