@@ -56,7 +56,7 @@ def test_fit_warning_per_kernel_in_multi_node_and_for_the_session_in_single_node
 # --- the server's config is the command's config ------------------------------------------------
 
 #: One local agent of a known size: what a server configured so would schedule on.
-AGENT = {"id": "tiny", "backend": "local", "capacity": {"cpu": "2", "mem": "4g"}}
+AGENT = {"id": "tiny", "backend": "local", "slots": {"cpu": "2", "mem": "4g"}}
 TINY = {"BaiSessionManager": {"agents": [AGENT]}}
 
 
@@ -114,5 +114,5 @@ def test_agents_the_config_cannot_make_are_an_install_error(tmp_path: Path) -> N
     proc = _install(tmp_path, "py")
     assert proc.returncode == 2
     assert proc.stderr.startswith("bai-jupyter kernelspec install: error: resources: "), proc.stderr
-    assert "unknown backend 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "unknown agent backend 'nope'" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "data" / "kernels" / "py").exists()

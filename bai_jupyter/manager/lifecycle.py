@@ -60,10 +60,18 @@ class Lifecycle:
             else:
                 core.wake()
                 return session
-        if session.status.is_terminal or session.status is Status.TERMINATING:
-            return session
-        session = await core.transition(session.id, Status.TERMINATING, reason)
-        return await self.teardown(session, Status.TERMINATED, reason)
+        ours = False
+
+        def terminating(s: Session) -> None:
+            nonlocal ours
+            # Another destroy (a kernel shut down while its session is ended) may have got
+            # there first: then that one removes it.
+            if not (s.status.is_terminal or s.status is Status.TERMINATING):
+                move(s, Status.TERMINATING, time.time(), reason)
+                ours = True
+
+        session = await core.edit(session.id, terminating)
+        return await self.teardown(session, Status.TERMINATED, reason) if ours else session
 
     async def teardown(self, session: Session, final: Status, info: str | None) -> Session:
         """Keep the logs, remove the kernels everywhere, then record ``final``."""
