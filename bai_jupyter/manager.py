@@ -424,8 +424,11 @@ class BaiSessionManager(LoggingConfigurable):
         owner: str,
         template: str | None = None,
         meta: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
     ) -> Session:
-        """Validate a request (over a template), enqueue it, and return the PENDING session."""
+        """Validate a request (over a template), enqueue it, and return the PENDING session.
+
+        ``dry_run``: validate only; the session returned is not stored."""
         store = self._store()
         tmpl = None
         if template is not None:
@@ -458,11 +461,13 @@ class BaiSessionManager(LoggingConfigurable):
         session = Session.create(spec, owner, time.time())
         session.meta = dict(meta or {})
         try:
-            await asyncio.to_thread(enqueue, store, session)
+            await asyncio.to_thread(enqueue, store, session, dry_run)
         except (NeverFits, UnknownDependency) as exc:
             raise InvalidRequest(str(exc)) from exc
         except NameConflict as exc:
             raise Conflict(str(exc)) from exc
+        if dry_run:
+            return session
         self._publish(session)
         self.wake()
         return session

@@ -235,6 +235,28 @@ async def test_name_conflict_is_409(server: Server) -> None:
         await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token=token)
 
 
+async def test_dry_run_checks_a_request_and_creates_nothing(server: Server) -> None:
+    url = "bai/api/v1/sessions?dry_run=true"
+    ok = await server.fetch("POST", url, {"name": "dry", "starts_at": FUTURE}, token="bob-token")
+    assert ok.code == 200, ok.body
+    assert body(ok)["status"] == "PENDING" and body(ok)["name"] == "dry"
+    listed = body(await server.fetch("GET", "bai/api/v1/sessions", token="bob-token"))
+    assert all(s["name"] != "dry" for s in listed["sessions"])  # nothing was stored
+    bad = await server.fetch("POST", url, {"resources": {"cpu": "-1"}}, token="bob-token")
+    assert (bad.code, body(bad)["error"]) == (400, "invalid-request")
+    assert body(bad)["message"].startswith("resources.cpu")
+    # The name check runs too: a live session's name is taken.
+    live = await server.fetch(
+        "POST", "bai/api/v1/sessions", {"name": "taken", "starts_at": FUTURE}, token="bob-token"
+    )
+    try:
+        clash = await server.fetch("POST", url, {"name": "taken"}, token="bob-token")
+        assert (clash.code, body(clash)["error"]) == (409, "conflict")
+        assert "taken" in body(clash)["message"]
+    finally:
+        await server.fetch("DELETE", f"bai/api/v1/sessions/{body(live)['id']}", token="bob-token")
+
+
 # --- scheduler, agents, templates --------------------------------------------------------------
 
 

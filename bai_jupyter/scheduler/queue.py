@@ -27,8 +27,10 @@ class UnknownDependency(ValueError):
     """``depends_on`` names a session that does not exist."""
 
 
-def enqueue(store: Store, session: Session) -> None:
-    """Store a new PENDING session, refusing what could never be scheduled."""
+def enqueue(store: Store, session: Session, dry_run: bool = False) -> None:
+    """Store a new PENDING session, refusing what could never be scheduled.
+
+    ``dry_run``: every check (the name's included), then nothing is stored."""
     with store.write() as tx:
         why = never_fits(session.spec, tx.list_agents(session.spec.resource_group))
         if why is not None:
@@ -36,6 +38,11 @@ def enqueue(store: Store, session: Session) -> None:
         missing = set(session.spec.depends_on) - set(tx.dependency_states(session.spec.depends_on))
         if missing:
             raise UnknownDependency(f"depends_on: no session {', '.join(sorted(missing))}")
+        if dry_run:  # the name check too, then undone
+            with tx.conn.begin_nested() as added:
+                tx.add_session(session)
+                added.rollback()
+            return
         tx.add_session(session)
 
 

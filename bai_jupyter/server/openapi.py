@@ -254,8 +254,14 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
             ),
             "post": _op(
                 "enqueue a session (a request, or a template plus overrides)",
-                {"201": _reply("the PENDING session", _ref("Session"))},
+                {
+                    "201": _reply("the PENDING session", _ref("Session")),
+                    "200": _reply("dry_run=true: the request is valid; nothing was stored"),
+                },
                 requestBody={"required": True, **_json(_ref("SessionRequest"))},
+                parameters=[
+                    _query("dry_run", "check only, create nothing", enum=["true", "false"])
+                ],
             ),
         },
         "/sessions/{key}": {

@@ -121,6 +121,10 @@ class SessionsHandler(BaiHandler):
             # Users of a shared server must not mount its root dir through the API: only
             # its own kernel provisioner (in-process) may ask for the notebook dir.
             meta.pop("notebook_dir", None)
+        if _flag(self, "dry_run"):  # validate only (a form checking as the user types)
+            checked = await self.manager.create(body, self.owner, template, meta, dry_run=True)
+            self.write_json(session_view(checked, self.base_url))
+            return
         session = await self.manager.create(body, self.owner, template=template, meta=meta)
         parent: Session | None = getattr(self.current_user, "bai_session", None)
         if parent is not None:  # a kernel token: it may manage what it created
