@@ -7,6 +7,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from .attach import AttachKernelspecHandler
 from .base import BaiHandler
 from .cluster import AgentsHandler, SchedulerHandler
 from .events import EventsHandler
@@ -51,6 +52,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/execute", ExecuteHandler),
         (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
         (f"{API}/sessions/{_KEY}/services", ServicesHandler),
+        (f"{API}/sessions/{_KEY}/kernelspec", AttachKernelspecHandler),
         (f"{API}/templates", TemplatesHandler),
         (f"{API}/templates/{_KEY}", TemplateHandler),
         (f"{API}/agents", AgentsHandler),
