@@ -77,7 +77,9 @@ export class LiveState {
 
   private async onEvent(event: SessionEvent): Promise<void> {
     const folded = this.state.fold(event);
-    if (folded.statusChanged) {
+    // A pending session's event may be a scheduler pass's new why-pending record:
+    // its place in the queue may have moved too.
+    if (folded.statusChanged || event.status === 'PENDING') {
       this.refreshCluster();
     }
     await this.refresh(event.session_id);
@@ -100,6 +102,6 @@ export class LiveState {
       } catch (error) {
         console.warn('bai-jupyter: could not re-read the queue and agents', error);
       }
-    }, 100);
+    }, 50);
   }
 }

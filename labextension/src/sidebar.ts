@@ -41,8 +41,6 @@ export class SessionsSidebar extends Widget {
   private pending = false;
   private highlighted: string | null = null;
   private readonly ticker: ReturnType<typeof setInterval>;
-  /** When each session's current status was first drawn (the latency benchmark reads it). */
-  readonly drawnAt = new Map<string, { status: string; at: number }>();
 
   constructor(
     private readonly live: LiveState,
@@ -98,13 +96,6 @@ export class SessionsSidebar extends Widget {
       ...this.queueSections(),
       this.agentsSection()
     ]);
-    const now = performance.now();
-    for (const session of this.live.state.sessions.values()) {
-      const seen = this.drawnAt.get(session.id);
-      if (!seen || seen.status !== session.status) {
-        this.drawnAt.set(session.id, { status: session.status, at: now });
-      }
-    }
   }
 
   private header(): HTMLElement {
@@ -175,12 +166,13 @@ export class SessionsSidebar extends Widget {
         { class: 'bai-Session-head' },
         status,
         h('span', { class: 'bai-Session-name', attrs: { title: session.id } }, name),
-        h('span', { class: 'bai-Session-type' }, session.spec.type),
         h('span', { class: 'bai-Session-age' }, ageText(session.created_at, Date.now() / 1000))
       ),
       h(
         'div',
         { class: 'bai-Session-detail' },
+        h('span', { class: 'bai-Session-type' }, session.spec.type),
+        ' · ',
         h('span', { attrs: { 'aria-label': 'cluster hosts' } }, clusterHosts(session)),
         ' · ',
         h('span', { attrs: { 'aria-label': 'resources per kernel' } }, resourcesText(session.spec.resources))
