@@ -162,7 +162,7 @@ def test_the_dialog_checks_as_you_type_and_the_session_runs(lab: Server, page: A
     ).click()
     session = wait_status(page, "first", "RUNNING")
     detail = session.locator(".bai-Session-detail").inner_text()
-    assert detail == "main1 · 0.5 CPU · 256 MiB"
+    assert detail == "interactive · main1 · 0.5 CPU · 256 MiB"
     agents = page.locator(".bai-Agent[data-agent-id='docker']")
     agents.locator("li", has_text="main1 of first").wait_for(timeout=WAIT)
     meter = agents.locator('[role="meter"]').first
@@ -186,6 +186,7 @@ def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, 
     queue = page.locator('ol[aria-label="Queue of resource group default"] li')
     assert queue.first.inner_text().startswith("#1 waiter")
     page.screenshot(path=str(SHOTS / "sidebar-queued.png"))
+    page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "sidebar-queued-panel.png"))
     terminate(page, "big")
     wait_status(page, "big", "TERMINATED")
     wait_status(page, "waiter", "RUNNING")
@@ -268,7 +269,7 @@ def test_open_a_notebook_on_a_new_session_and_the_dark_theme(lab: Server, page: 
     page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
     page.wait_for_timeout(500)  # the theme's stylesheet applies
     page.screenshot(path=str(SHOTS / "sidebar-dark.png"))
-    page.locator(".bai-Sidebar").screenshot(path=str(SHOTS / "sidebar-dark-panel.png"))
+    page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "sidebar-dark-panel.png"))
     page.evaluate(
         "() => window.jupyterapp.commands.execute('apputils:change-theme',"
         " {theme: 'JupyterLab Light'})"
