@@ -74,7 +74,12 @@ export class BaiClient {
       throw new ApiError(0, 'unavailable', `the server does not answer: ${String(error)}`);
     }
     const text = await reply.text();
-    const data = text ? JSON.parse(text) : null;
+    let data: any = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      data = { error: 'error', message: `${reply.status} ${reply.statusText}: ${text.slice(0, 200)}` };
+    }
     if (!reply.ok) {
       const code = data?.error ?? 'error';
       const message = data?.message ?? `${reply.status} ${reply.statusText}`;

@@ -82,7 +82,16 @@ export class LiveState {
     if (folded.statusChanged || event.status === 'PENDING') {
       this.refreshCluster();
     }
-    await this.refresh(event.session_id);
+    try {
+      if (folded.unknown && !this.all) {
+        // A new session; an admin's stream also carries other users' (not listed here).
+        this.state.loadSessions(await this.client.sessions(false));
+      } else {
+        await this.refresh(event.session_id);
+      }
+    } catch (error) {
+      console.warn('bai-jupyter: could not re-read a session', error);
+    }
   }
 
   /** The queue and the agents, once for a burst of status changes. */
