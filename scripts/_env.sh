@@ -87,8 +87,12 @@ _bai_setup_labext() {
     if [ "$want" != "$have" ] || [ ! -f "$out/package.json" ]; then
         _bai_say "building the JupyterLab extension (labextension/ changed)"
         rm -f "$stamp"
-        _bai_quiet "$log" "$BAI_ROOT/.venv/bin/jlpm" --cwd "$BAI_ROOT/labextension" install || return 1
-        _bai_quiet "$log" "$BAI_ROOT/.venv/bin/jlpm" --cwd "$BAI_ROOT/labextension" build || return 1
+        ( # its package.json scripts call jlpm and jupyter-builder from .venv
+            export PATH="$BAI_ROOT/.venv/bin:$PATH"
+            cd "$BAI_ROOT/labextension" &&
+                _bai_quiet "$log" "$BAI_ROOT/.venv/bin/jlpm" install &&
+                _bai_quiet "$log" "$BAI_ROOT/.venv/bin/jlpm" build
+        ) || return 1
         printf '%s\n' "$want" >"$stamp"
     fi
     local link
