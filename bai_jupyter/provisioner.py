@@ -312,6 +312,7 @@ class BaiProvisioner(KernelProvisionerBase):
         super().__init__(**kwargs)
         #: The notebook's folder on the server's host (jupyter_client's ``cwd``), if any.
         self._cwd: str | None = None
+        #: The notebook it runs for (jupyter_server's ``JPY_SESSION_NAME``), if any.
         self._notebook: str | None = None
         #: The session whose main1 runs this kernel; ``None`` before launch and after cleanup.
         self.session_id: str | None = None
@@ -355,7 +356,6 @@ class BaiProvisioner(KernelProvisionerBase):
         kwargs["cmd"] = list(self.kernel_spec.argv)
         cwd = kwargs.get("cwd")
         self._cwd = cwd if isinstance(cwd, str) and PurePath(cwd).is_absolute() else None
-        # The notebook this kernel is for, as jupyter_server names it (front ends show it).
         self._notebook = (kwargs.get("env") or {}).get("JPY_SESSION_NAME")
         return kwargs
 
