@@ -96,10 +96,13 @@ def page(lab: Server) -> Iterator[Any]:
 
 
 @pytest.fixture(autouse=True)
-def clean(lab: Server) -> Iterator[None]:
-    """Each test starts with no live session."""
+def clean(lab: Server, page: Any) -> Iterator[None]:
+    """Each test starts with no live session and no dialog left open by the one before."""
     end_all(lab)
     yield
+    while page.locator(".jp-Dialog").count():
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(100)
     end_all(lab)
 
 

@@ -170,7 +170,9 @@ class SessionForm extends Widget {
         await this.client.create(request, true);
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
-        const field = error instanceof ApiError ? fieldOfMessage(message) : 'form';
+        const about = error instanceof ApiError ? fieldOfMessage(message) : 'form';
+        // A field the form has no row for (say, a template's resource_group): say it at the end.
+        const field = this.messages.has(about) ? about : 'form';
         serverProblem = [field, field === 'form' ? message : messageText(message)];
       }
     }
