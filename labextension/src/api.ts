@@ -40,9 +40,7 @@ export interface EventHandlers {
 }
 
 export class BaiClient {
-  constructor(
-    readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()
-  ) {}
+  constructor(readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()) {}
 
   /** The absolute URL of an API path (`sessions/abc/logs`) with query parameters. */
   url(path: string, query: Record<string, string> = {}): string {
@@ -78,7 +76,10 @@ export class BaiClient {
     try {
       data = text ? JSON.parse(text) : null;
     } catch {
-      data = { error: 'error', message: `${reply.status} ${reply.statusText}: ${text.slice(0, 200)}` };
+      data = {
+        error: 'error',
+        message: `${reply.status} ${reply.statusText}: ${text.slice(0, 200)}`
+      };
     }
     if (!reply.ok) {
       const code = data?.error ?? 'error';

@@ -52,21 +52,36 @@ class SessionForm extends Widget {
     const text = (key: keyof FormValues, placeholder: string, type = 'text') =>
       this.input(key, h('input', { attrs: { type, placeholder } }));
     form.append(
-      this.row('template', 'Template', select('template', [
-        ['', '(none)'],
-        ...templates.map(t => [t.name, t.description ? `${t.name} — ${t.description}` : t.name] as [string, string])
-      ])),
+      this.row(
+        'template',
+        'Template',
+        select('template', [
+          ['', '(none)'],
+          ...templates.map(
+            t =>
+              [t.name, t.description ? `${t.name} — ${t.description}` : t.name] as [string, string]
+          )
+        ])
+      ),
       this.row('name', 'Name', text('name', 'optional, unique among your live sessions')),
       this.row('image', 'Image', text('image', 'the server’s default image')),
-      this.row('type', 'Type', select('type', [
-        ['interactive', 'interactive (a notebook, service ports)'],
-        ['batch', 'batch (runs a command, then ends)']
-      ])),
+      this.row(
+        'type',
+        'Type',
+        select('type', [
+          ['interactive', 'interactive (a notebook, service ports)'],
+          ['batch', 'batch (runs a command, then ends)']
+        ])
+      ),
       this.row('cluster_size', 'Cluster size', text('cluster_size', '1', 'number')),
-      this.row('cluster_mode', 'Cluster mode', select('cluster_mode', [
-        ['single-node', 'single-node (all kernels on one agent)'],
-        ['multi-node', 'multi-node (kernels may spread)']
-      ])),
+      this.row(
+        'cluster_mode',
+        'Cluster mode',
+        select('cluster_mode', [
+          ['single-node', 'single-node (all kernels on one agent)'],
+          ['multi-node', 'multi-node (kernels may spread)']
+        ])
+      ),
       this.row(
         'resources',
         'Resources per kernel',
@@ -79,16 +94,35 @@ class SessionForm extends Widget {
         )
       ),
       this.row('mounts', 'Data folders', text('mounts', 'comma-separated, e.g. data, models')),
-      this.row('env', 'Environment', this.input('env', h('textarea', { attrs: { rows: '2', placeholder: 'NAME=value, one a line' } }))),
-      this.row('startup_command', 'Startup command', text('startup_command', 'e.g. python train.py')),
+      this.row(
+        'env',
+        'Environment',
+        this.input(
+          'env',
+          h('textarea', { attrs: { rows: '2', placeholder: 'NAME=value, one a line' } })
+        )
+      ),
+      this.row(
+        'startup_command',
+        'Startup command',
+        text('startup_command', 'e.g. python train.py')
+      ),
       this.row('batch_timeout', 'Batch timeout (s)', text('batch_timeout', 'none', 'number')),
-      this.row('depends_on', 'Depends on', text('depends_on', 'session names or ids, comma-separated')),
+      this.row(
+        'depends_on',
+        'Depends on',
+        text('depends_on', 'session names or ids, comma-separated')
+      ),
       this.row('priority', 'Priority', text('priority', '10 (higher starts first)', 'number')),
       h('p', { class: 'bai-Form-message', attrs: { 'aria-live': 'polite', 'data-field': 'form' } })
     );
     this.messages.set('form', form.lastElementChild as HTMLElement);
     const names = sessions.map(s => s.name).filter(Boolean) as string[];
-    const list = h('datalist', { attrs: { id: 'bai-session-names' } }, ...names.map(n => h('option', { attrs: { value: n } })));
+    const list = h(
+      'datalist',
+      { attrs: { id: 'bai-session-names' } },
+      ...names.map(n => h('option', { attrs: { value: n } }))
+    );
     this.inputs.get('depends_on')!.setAttribute('list', list.id);
     form.append(list);
     this.node.append(form, this.marker);
@@ -137,10 +171,22 @@ class SessionForm extends Widget {
     const row = h(
       'div',
       { class: 'bai-Form-row', attrs: { 'data-row': field } },
-      first ? h('label', { attrs: { for: first.id } }, text) : h('span', { class: 'bai-Form-label' }, text),
-      h('div', { class: 'bai-Form-control', attrs: { role: first ? undefined : 'group', 'aria-label': first ? undefined : text } }, control, message)
+      first
+        ? h('label', { attrs: { for: first.id } }, text)
+        : h('span', { class: 'bai-Form-label' }, text),
+      h(
+        'div',
+        {
+          class: 'bai-Form-control',
+          attrs: { role: first ? undefined : 'group', 'aria-label': first ? undefined : text }
+        },
+        control,
+        message
+      )
     );
-    row.querySelectorAll('input, select, textarea').forEach(el => el.setAttribute('aria-describedby', message.id));
+    row
+      .querySelectorAll('input, select, textarea')
+      .forEach(el => el.setAttribute('aria-describedby', message.id));
     this.rows.set(field, row);
     return row;
   }
@@ -184,9 +230,11 @@ class SessionForm extends Widget {
       node.textContent = text;
       const row = this.rows.get(field);
       row?.classList.toggle('bai-mod-invalid', Boolean(text));
-      row?.querySelectorAll('input, select, textarea').forEach(el =>
-        text ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid')
-      );
+      row
+        ?.querySelectorAll('input, select, textarea')
+        .forEach(el =>
+          text ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid')
+        );
     }
     this.valid = !serverProblem && !Object.keys(problems).length;
     this.setAccept();
@@ -212,14 +260,20 @@ class SessionForm extends Widget {
  * Show the dialog; create the session when the user accepts. Returns the new
  * session, or null when the user cancelled.
  */
-export async function newSessionDialog(client: BaiClient, sessions: SessionJSON[]): Promise<SessionJSON | null> {
+export async function newSessionDialog(
+  client: BaiClient,
+  sessions: SessionJSON[]
+): Promise<SessionJSON | null> {
   const templates = await client.templates().catch(() => [] as TemplateJSON[]);
   const form = new SessionForm(client, templates, sessions);
   const answer = await showDialog({
     title: 'New bai session',
     body: form,
     focusNodeSelector: '#bai-field-name',
-    buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Create', ariaLabel: 'Create the session' })]
+    buttons: [
+      Dialog.cancelButton(),
+      Dialog.okButton({ label: 'Create', ariaLabel: 'Create the session' })
+    ]
   });
   if (!answer.button.accept) {
     return null;

@@ -47,7 +47,12 @@ export function button(
     'button',
     {
       class: `bai-Button ${extraClass}`.trim(),
-      attrs: { type: 'button', 'aria-label': ariaLabel, title: ariaLabel, 'data-focus-key': focusKey },
+      attrs: {
+        type: 'button',
+        'aria-label': ariaLabel,
+        title: ariaLabel,
+        'data-focus-key': focusKey
+      },
       on: { click: () => onClick() }
     },
     text

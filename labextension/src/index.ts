@@ -117,7 +117,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
           const answer = await showDialog({
             title: `Session ${label(session)} was created`,
             body: `It is ${session.status}. Open a notebook whose kernel runs in its main1?`,
-            buttons: [Dialog.cancelButton({ label: 'Not now' }), Dialog.okButton({ label: 'Open notebook' })]
+            buttons: [
+              Dialog.cancelButton({ label: 'Not now' }),
+              Dialog.okButton({ label: 'Open notebook' })
+            ]
           });
           if (answer.button.accept) {
             await openNotebook(session);
@@ -141,8 +144,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     launcher?.add({ command: CommandIDs.newSession, category: 'Other', rank: 0 });
 
     if (statusBar && notebooks) {
-      const item = new SessionStatus(live, notebooks, id =>
-        void app.commands.execute(CommandIDs.reveal, { id })
+      const item = new SessionStatus(
+        live,
+        notebooks,
+        id => void app.commands.execute(CommandIDs.reveal, { id })
       );
       statusBar.registerStatusItem(PLUGIN, {
         item,

@@ -42,7 +42,9 @@ class LogView extends Widget {
           }
         }
       },
-      ...(hosts.length ? hosts : ['main1']).map(host => h('option', { attrs: { value: host } }, host))
+      ...(hosts.length ? hosts : ['main1']).map(host =>
+        h('option', { attrs: { value: host } }, host)
+      )
     );
     this.follow = h('input', {
       attrs: { type: 'checkbox', checked: '' },

@@ -73,7 +73,7 @@ export class SessionsSidebar extends Widget {
   reveal(id: string): void {
     this.highlighted = id;
     this.draw();
-    const card = this.node.querySelector<HTMLElement>(`[data-session-id="${id}"]`);
+    const card = this.node.querySelector<HTMLElement>(`.bai-Session[data-session-id="${id}"]`);
     card?.scrollIntoView({ block: 'nearest' });
     card?.focus();
   }
@@ -104,7 +104,13 @@ export class SessionsSidebar extends Widget {
       'div',
       { class: 'bai-Sidebar-header' },
       h('h2', { class: 'bai-Sidebar-title' }, 'bai sessions'),
-      button('+ New session', 'New session', 'new', () => this.actions.newSession(), 'bai-mod-accept'),
+      button(
+        '+ New session',
+        'New session',
+        'new',
+        () => this.actions.newSession(),
+        'bai-mod-accept'
+      ),
       button('↻', 'Reload sessions, queue and agents', 'reload', () => void this.live.reload()),
       offline
         ? h(
@@ -130,7 +136,10 @@ export class SessionsSidebar extends Widget {
     const state = this.live.state;
     const live = state.list(false);
     const ended = this.options.showEnded
-      ? state.list(true).filter(s => isEnded(s.status)).slice(0, this.options.maxEnded)
+      ? state
+          .list(true)
+          .filter(s => isEnded(s.status))
+          .slice(0, this.options.maxEnded)
       : [];
     const sessions = [...live, ...ended];
     const names = state.names();
@@ -175,7 +184,11 @@ export class SessionsSidebar extends Widget {
         ' · ',
         h('span', { attrs: { 'aria-label': 'cluster hosts' } }, clusterHosts(session)),
         ' · ',
-        h('span', { attrs: { 'aria-label': 'resources per kernel' } }, resourcesText(session.spec.resources))
+        h(
+          'span',
+          { attrs: { 'aria-label': 'resources per kernel' } },
+          resourcesText(session.spec.resources)
+        )
       )
     ];
     if (session.status === 'PENDING') {
@@ -190,7 +203,9 @@ export class SessionsSidebar extends Widget {
       );
     }
     if (result) {
-      lines.push(h('div', { class: `bai-Result bai-mod-${tone}`, attrs: { 'data-role': 'result' } }, result));
+      lines.push(
+        h('div', { class: `bai-Result bai-mod-${tone}`, attrs: { 'data-role': 'result' } }, result)
+      );
     } else if (ended && session.status_info) {
       lines.push(h('div', { class: 'bai-Result' }, `${session.status} (${session.status_info})`));
     }
@@ -282,15 +297,28 @@ export class SessionsSidebar extends Widget {
     if (!ended) {
       const verb = session.status === 'PENDING' ? 'Cancel' : 'Terminate';
       buttons.push(
-        button(verb, `${verb} session ${name}`, `end-${id}`, () => void this.end(session, verb), 'bai-mod-warn')
+        button(
+          verb,
+          `${verb} session ${name}`,
+          `end-${id}`,
+          () => void this.end(session, verb),
+          'bai-mod-warn'
+        )
       );
     }
     if (session.status === 'RUNNING' && session.spec.type === 'interactive') {
       buttons.push(
-        button('Interrupt', `Interrupt what main1 of ${name} runs`, `int-${id}`, () =>
-          void this.confirm(`Interrupt ${name}?`, 'What its main1 kernel runs now stops (SIGINT).', 'Interrupt', () =>
-            client.interrupt(id)
-          )
+        button(
+          'Interrupt',
+          `Interrupt what main1 of ${name} runs`,
+          `int-${id}`,
+          () =>
+            void this.confirm(
+              `Interrupt ${name}?`,
+              'What its main1 kernel runs now stops (SIGINT).',
+              'Interrupt',
+              () => client.interrupt(id)
+            )
         ),
         button('Open notebook', `Open a notebook on session ${name}`, `nb-${id}`, () =>
           this.actions.openNotebook(session)
@@ -298,7 +326,9 @@ export class SessionsSidebar extends Widget {
       );
     }
     buttons.push(
-      button('Logs', `Show the logs of ${name}`, `logs-${id}`, () => this.actions.showLogs(session)),
+      button('Logs', `Show the logs of ${name}`, `logs-${id}`, () =>
+        this.actions.showLogs(session)
+      ),
       button('Copy id', `Copy the id of ${name}`, `copy-${id}`, () => Clipboard.copyToSystem(id))
     );
     return h('div', { class: 'bai-Actions' }, ...buttons);
@@ -360,13 +390,23 @@ export class SessionsSidebar extends Widget {
 
   private queueEntry(entry: QueueEntry, names: Map<string, string>): HTMLElement {
     if (!entry.session_id) {
-      return h('li', { class: 'bai-QueueEntry bai-mod-other' }, `#${entry.position} another user’s session`);
+      return h(
+        'li',
+        { class: 'bai-QueueEntry bai-mod-other' },
+        `#${entry.position} another user’s session`
+      );
     }
-    const why = whyPending({ status: 'PENDING', status_data: { scheduler: entry.scheduler } }, names);
+    const why = whyPending(
+      { status: 'PENDING', status_data: { scheduler: entry.scheduler } },
+      names
+    );
     const who = entry.mine ? '' : ` (${entry.owner})`;
     return h(
       'li',
-      { class: `bai-QueueEntry${entry.mine ? ' bai-mod-mine' : ''}`, attrs: { 'data-session-id': entry.session_id } },
+      {
+        class: `bai-QueueEntry${entry.mine ? ' bai-mod-mine' : ''}`,
+        attrs: { 'data-session-id': entry.session_id }
+      },
       h('strong', {}, `#${entry.position} ${label({ id: entry.session_id, name: entry.name })}`),
       who,
       ` · ${entry.cluster_size ?? 1} × ${resourcesText(entry.resources)}`,
@@ -377,7 +417,11 @@ export class SessionsSidebar extends Widget {
   private agentsSection(): HTMLElement {
     const agents = this.live.state.agents;
     const content = agents.length
-      ? h('ul', { class: 'bai-Agents', attrs: { 'aria-label': 'Agents' } }, ...agents.map(a => this.agent(a)))
+      ? h(
+          'ul',
+          { class: 'bai-Agents', attrs: { 'aria-label': 'Agents' } },
+          ...agents.map(a => this.agent(a))
+        )
       : h('p', { class: 'bai-Empty' }, 'No agents.');
     return this.section(`Agents (${agents.length})`, 'agents', content);
   }
@@ -401,7 +445,10 @@ export class SessionsSidebar extends Widget {
               'aria-valuenow': String(Math.round(used * 100))
             }
           },
-          h('div', { class: 'bai-Bar-fill', attrs: { style: `width: ${(used * 100).toFixed(1)}%` } })
+          h('div', {
+            class: 'bai-Bar-fill',
+            attrs: { style: `width: ${(used * 100).toFixed(1)}%` }
+          })
         ),
         h('span', { class: 'bai-Bar-text' }, text)
       )

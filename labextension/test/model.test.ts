@@ -98,7 +98,9 @@ describe('folding events into the state', () => {
   it('drops the why-pending record once the session leaves the queue', () => {
     const state = new BaiState();
     const pending = session(TRAIN, {
-      status_data: { scheduler: { retries: 2, msg: 'needs cpu=8 but the largest agent has 4 free' } }
+      status_data: {
+        scheduler: { retries: 2, msg: 'needs cpu=8 but the largest agent has 4 free' }
+      }
     });
     state.loadSessions([pending]);
     expect(whyPending(state.sessions.get(TRAIN)!)).toContain('needs cpu=8');
@@ -137,8 +139,12 @@ describe('folding events into the state', () => {
       session(EVAL, { created_at: 2, status: 'RUNNING', meta: { jupyter_kernel_id: 'k1' } })
     ]);
     expect(state.sessionOfKernel({ id: 'k1', spec: 'bai-python' })?.id).toBe(EVAL);
-    expect(state.sessionOfKernel({ id: 'k2', spec: `bai-session-${TRAIN.slice(0, 12)}` })).toBeUndefined();
-    expect(state.sessionOfKernel({ id: 'k2', spec: `bai-session-${EVAL.slice(0, 12)}` })?.id).toBe(EVAL);
+    expect(
+      state.sessionOfKernel({ id: 'k2', spec: `bai-session-${TRAIN.slice(0, 12)}` })
+    ).toBeUndefined();
+    expect(state.sessionOfKernel({ id: 'k2', spec: `bai-session-${EVAL.slice(0, 12)}` })?.id).toBe(
+      EVAL
+    );
   });
 });
 
@@ -322,7 +328,7 @@ describe('server messages next to their fields', () => {
     ['env.FOO: must be a string', 'env'],
     ['mounts: /: contains /dev, which is never mountable', 'mounts'],
     ["depends_on: alice has no session 'prep'", 'depends_on'],
-    ['image: nope:1 is on no agent of resource group \'default\'; pull or build it', 'image'],
+    ["image: nope:1 is on no agent of resource group 'default'; pull or build it", 'image'],
     ["resource group 'default': needs cpu=64 (largest agent: 4) on one agent", 'resources'],
     ["alice already has a live session named 'train' (abc); pick another name", 'name'],
     ["no template named 'gpu'", 'template'],
