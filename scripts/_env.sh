@@ -60,7 +60,7 @@ _bai_labext_hash() {
 import hashlib, sys
 from pathlib import Path
 root = Path(sys.argv[1])
-files = [root / n for n in ("package.json", "yarn.lock", ".yarnrc.yml", "tsconfig.json", "install.json")]
+files = [root / n for n in ("package.json", "yarn.lock", ".yarnrc.yml", "tsconfig.json")]
 for sub in ("src", "style", "schema"):
     files += sorted(p for p in (root / sub).rglob("*") if p.is_file())
 digest = hashlib.sha256()
