@@ -76,7 +76,6 @@ def start_lab(root: Path, backend: str) -> tuple[subprocess.Popen[bytes], str]:
         f"c.BaiSessionManager.store_url = {f'sqlite:///{root}/store.sqlite'!r}\n"
         f"c.BaiSessionManager.backend = {backend!r}\n"
         f"c.BaiSessionManager.local_kernels_dir = {str(root / 'kernels')!r}\n"
-        "c.LabApp.news_url = None\n"
     )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

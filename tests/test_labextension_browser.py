@@ -53,7 +53,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator
         'c.BaiSessionManager.backend = "docker"\n'
         'c.BaiSessionManager.agents = [{"id": "docker", "capacity": {"cpu": "2", "mem": "4g"}}]\n'
         "c.LabApp.expose_app_in_browser = True\n"
-        "c.LabApp.news_url = None\n"  # no "get notified about Jupyter news?" over the shots
     )
     with pytest.MonkeyPatch.context() as patch:
         server = start_lab(root, patch, "bai-q", "--cpu", "2", "--mem", "512m", extra_config=config)
