@@ -152,6 +152,8 @@ class BaiJupyterApp(ExtensionApp):
         if self.serverapp is not None:  # failed bai launches: one warning line, no traceback
             self.serverapp.log.addFilter(LaunchErrorFilter())
         self.manager = BaiSessionManager(parent=self, log=self.log)
+        #: Set once the manager has started and is registered: the API answers 503 until then.
+        self.manager_ready = False
         root = self.notebook_dir
         if root is None and self.serverapp is not None:
             root = self.serverapp.root_dir
@@ -179,6 +181,7 @@ class BaiJupyterApp(ExtensionApp):
         assert self.manager is not None
         await self.manager.start()
         register_manager(self.manager)
+        self.manager_ready = True
         if self.multi_user and self.serverapp is not None:
             _remember_request_user(self.serverapp.identity_provider)
         if self.kernel_access and self.manager.store is not None:

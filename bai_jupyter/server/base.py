@@ -91,7 +91,8 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def manager(self) -> BaiSessionManager:
-        if self.app.manager is None:
+        # Not before start() has finished: kernels started meanwhile would not find it.
+        if self.app.manager is None or not self.app.manager_ready:
             raise Unavailable("the session manager is not started")
         return self.app.manager
 
