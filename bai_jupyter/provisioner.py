@@ -146,6 +146,8 @@ class BaiProvisioner(KernelProvisionerBase):
         super().__init__(**kwargs)
         #: The notebook's folder on the server's host (jupyter_client's ``cwd``), if any.
         self._cwd: str | None = None
+        #: The notebook it runs for (jupyter_server's ``JPY_SESSION_NAME``), if any.
+        self._notebook: str | None = None
         #: The session whose main1 runs this kernel; ``None`` before launch and after cleanup.
         self.session_id: str | None = None
         #: The ipykernel was stopped (killed, or asked to shut down); cleanup decides what next.
@@ -188,6 +190,7 @@ class BaiProvisioner(KernelProvisionerBase):
         kwargs["cmd"] = list(self.kernel_spec.argv)
         cwd = kwargs.get("cwd")
         self._cwd = cwd if isinstance(cwd, str) and PurePath(cwd).is_absolute() else None
+        self._notebook = (kwargs.get("env") or {}).get("JPY_SESSION_NAME")
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
@@ -221,6 +224,8 @@ class BaiProvisioner(KernelProvisionerBase):
             meta: dict[str, Any] = {"jupyter_kernel_id": self.kernel_id}
             if self.mount_notebook_dir and self._cwd:
                 meta["notebook_dir"] = self._cwd  # mounted only under the manager's root
+            if self._notebook:
+                meta["notebook_path"] = self._notebook
             session = await sessions.create(self._request(), self.template, meta=meta)
         self.session_id = session.id
         self._released = self._hupped = False

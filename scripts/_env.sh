@@ -6,6 +6,7 @@
 # After sourcing:
 #   * ROOT / BAI_ROOT  the repository root (absolute, symlinks resolved)
 #   * .venv exists, has a working python, and holds `pip install -e ".[dev,lab,hub]"`
+#   * the JupyterLab extension is built (when labextension/ changed) and enabled
 #   * PATH starts with $ROOT/.venv/bin, VIRTUAL_ENV points at .venv
 #   * a Docker engine answers and the default kernel image is built
 #     (as root, installing docker.io/debootstrap when missing; see bai_setup_docker)
@@ -46,6 +47,61 @@ import hashlib, sys
 with open(sys.argv[1], "rb") as f:
     print(hashlib.sha256(f.read()).hexdigest())
 PY
+}
+
+# --- The JupyterLab extension (labextension/) --------------------------------
+# Built into bai_jupyter/labextension/ (git-ignored) with jupyter-builder's jlpm,
+# only when its sources changed (a hash of them is the stamp), and linked into
+# .venv/share/jupyter/labextensions/bai-jupyter so a rebuild is live at once
+# (an editable install would otherwise hold a copy made at install time).
+
+_bai_labext_hash() {
+    "$BAI_ROOT/.venv/bin/python" - "$BAI_ROOT/labextension" <<'PY'
+import hashlib, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+files = [root / n for n in ("package.json", "yarn.lock", ".yarnrc.yml", "tsconfig.json")]
+for sub in ("src", "style", "schema"):
+    files += sorted(p for p in (root / sub).rglob("*") if p.is_file())
+digest = hashlib.sha256()
+for path in files:
+    digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+print(digest.hexdigest())
+PY
+}
+
+# Where Jupyter finds the extension in .venv.
+_bai_labext_link() {
+    printf '%s\n' "$BAI_ROOT/.venv/share/jupyter/labextensions/bai-jupyter"
+}
+
+_bai_setup_labext() {
+    local stamp="$BAI_ROOT/.venv/.bai-labext-stamp" out="$BAI_ROOT/bai_jupyter/labextension"
+    local log="$BAI_ROOT/.venv/.bai-labext.log" want have=""
+    if ! command -v node >/dev/null 2>&1; then
+        _bai_say "FAILED: no node (Node.js 20 or newer builds the JupyterLab extension)"
+        return 1
+    fi
+    want="$(_bai_labext_hash)" || return 1
+    [ -f "$stamp" ] && have="$(cat "$stamp")"
+    if [ "$want" != "$have" ] || [ ! -f "$out/package.json" ]; then
+        _bai_say "building the JupyterLab extension (labextension/ changed)"
+        rm -f "$stamp"
+        ( # its package.json scripts call jlpm and jupyter-builder from .venv
+            export PATH="$BAI_ROOT/.venv/bin:$PATH"
+            cd "$BAI_ROOT/labextension" &&
+                _bai_quiet "$log" "$BAI_ROOT/.venv/bin/jlpm" install &&
+                _bai_quiet "$log" "$BAI_ROOT/.venv/bin/jlpm" build
+        ) || return 1
+        printf '%s\n' "$want" >"$stamp"
+    fi
+    local link
+    link="$(_bai_labext_link)"
+    if [ "$(readlink "$link" 2>/dev/null)" != "$out" ]; then
+        mkdir -p "$(dirname "$link")"
+        rm -rf "$link"
+        ln -s "$out" "$link"
+    fi
 }
 
 # --- Docker engine + kernel image -------------------------------------------
@@ -222,11 +278,16 @@ _bai_setup() {
         fi
         _bai_say "installing bai-jupyter ($why)"
         rm -f "$stamp"
+        # Never let pip write (or uninstall) through the link into the build output.
+        if [ -L "$(_bai_labext_link)" ]; then rm -f "$(_bai_labext_link)"; fi
         _bai_quiet "$log" "$py" -m pip install -q -e "${BAI_ROOT}[dev,lab,hub]" || return 1
         printf '%s\n' "$want" >"$stamp"
+        # The install's build hook has just built the JupyterLab extension.
+        _bai_labext_hash >"$venv/.bai-labext-stamp" || return 1
     else
         _bai_say ".venv up to date"
     fi
+    _bai_setup_labext || return 1
 
     _bai_setup_hub_proxy || return 1
     bai_setup_docker || return 1

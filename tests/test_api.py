@@ -235,6 +235,78 @@ async def test_name_conflict_is_409(server: Server) -> None:
         await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token=token)
 
 
+async def test_dry_run_checks_a_request_and_creates_nothing(server: Server) -> None:
+    url = "bai/api/v1/sessions?dry_run=true"
+    ok = await server.fetch("POST", url, {"name": "dry", "starts_at": FUTURE}, token="bob-token")
+    assert ok.code == 200, ok.body
+    assert body(ok)["status"] == "PENDING" and body(ok)["name"] == "dry"
+    listed = body(await server.fetch("GET", "bai/api/v1/sessions", token="bob-token"))
+    assert all(s["name"] != "dry" for s in listed["sessions"])  # nothing was stored
+    bad = await server.fetch("POST", url, {"resources": {"cpu": "-1"}}, token="bob-token")
+    assert (bad.code, body(bad)["error"]) == (400, "invalid-request")
+    assert body(bad)["message"].startswith("resources.cpu")
+    # The name check runs too: a live session's name is taken.
+    live = await server.fetch(
+        "POST", "bai/api/v1/sessions", {"name": "taken", "starts_at": FUTURE}, token="bob-token"
+    )
+    try:
+        clash = await server.fetch("POST", url, {"name": "taken"}, token="bob-token")
+        assert (clash.code, body(clash)["error"]) == (409, "conflict")
+        assert "taken" in body(clash)["message"]
+    finally:
+        await server.fetch("DELETE", f"bai/api/v1/sessions/{body(live)['id']}", token="bob-token")
+
+
+async def test_attach_kernelspec_names_the_session_and_goes_with_it(server: Server) -> None:
+    async def specs() -> dict[str, Any]:
+        reply = await server.fetch("GET", "api/kernelspecs", token="alice-token")
+        return dict(body(reply)["kernelspecs"])
+
+    made = []
+    for name in ("attach-a", "attach-b"):
+        request = {"name": name, "starts_at": FUTURE}
+        reply = await server.fetch("POST", "bai/api/v1/sessions", request, token="alice-token")
+        made.append(body(reply)["id"])
+    first = await server.fetch(
+        "POST", "bai/api/v1/sessions/attach-a/kernelspec", token="alice-token"
+    )
+    assert first.code == 201, first.body
+    name = body(first)["name"]
+    assert name == f"bai-session-{made[0][:12]}"
+    spec = (await specs())[name]["spec"]
+    assert spec["display_name"] == "Python 3 · bai session attach-a"
+    assert spec["metadata"]["kernel_provisioner"]["config"] == {"session": made[0]}
+    # Another user cannot attach to it; a batch session runs no kernel.
+    other = await server.fetch(
+        "POST", f"bai/api/v1/sessions/{made[0]}/kernelspec", token="bob-token"
+    )
+    assert other.code == 404
+    batch = await server.fetch(
+        "POST",
+        "bai/api/v1/sessions",
+        {"type": "batch", "startup_command": "true", "starts_at": FUTURE},
+        token="alice-token",
+    )
+    made.append(body(batch)["id"])
+    refused = await server.fetch(
+        "POST", f"bai/api/v1/sessions/{made[2]}/kernelspec", token="alice-token"
+    )
+    assert (refused.code, body(refused)["error"]) == (400, "invalid-request")
+    # Once the session has ended: 409, and the next attach removes its kernelspec.
+    await server.fetch("DELETE", f"bai/api/v1/sessions/{made[0]}", token="alice-token")
+    ended = await server.fetch(
+        "POST", f"bai/api/v1/sessions/{made[0]}/kernelspec", token="alice-token"
+    )
+    assert (ended.code, body(ended)["error"]) == (409, "conflict")
+    second = await server.fetch(
+        "POST", "bai/api/v1/sessions/attach-b/kernelspec", token="alice-token"
+    )
+    assert second.code == 201
+    assert name not in await specs() and body(second)["name"] in await specs()
+    for sid in made[1:]:
+        await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token="alice-token")
+
+
 # --- scheduler, agents, templates --------------------------------------------------------------
 
 

@@ -24,7 +24,9 @@ SCREENSHOT = Path(os.environ.get("BAI_TEST_SCREENSHOT", "/tmp/kspec-launcher.png
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-def start_lab(root: Path, monkeypatch: pytest.MonkeyPatch, *kernelspec: str) -> Server:
+def start_lab(
+    root: Path, monkeypatch: pytest.MonkeyPatch, *kernelspec: str, extra_config: str = ""
+) -> Server:
     """A Jupyter server with JupyterLab and bai_jupyter, whose data dir holds one bai
     kernelspec installed by the CLI as a user would (``kernelspec``: its arguments)."""
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(root / "data"))
@@ -32,7 +34,7 @@ def start_lab(root: Path, monkeypatch: pytest.MonkeyPatch, *kernelspec: str) -> 
     return start_server(
         root,
         config=f"c.ServerApp.jpserver_extensions = "
-        f"{{**{_OTHERS_OFF!r}, 'jupyterlab': True, 'bai_jupyter': True}}\n",
+        f"{{**{_OTHERS_OFF!r}, 'jupyterlab': True, 'bai_jupyter': True}}\n" + extra_config,
     )
 
 

@@ -32,12 +32,13 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_image: str) -> I
         server.stop()
 
 
-def put_notebook(server: Server, name: str, source: str) -> None:
-    """Save a one-cell notebook on the bai kernelspec through the contents API."""
+def put_notebook(server: Server, name: str, source: str, kernelspec: str = "bai-w") -> None:
+    """Save a one-cell notebook on a bai kernelspec through the contents API."""
+    spec = {"name": kernelspec, "display_name": "bai", "language": "python"}
     notebook = {
         "nbformat": 4,
         "nbformat_minor": 5,
-        "metadata": {"kernelspec": {"name": "bai-w", "display_name": "bai", "language": "python"}},
+        "metadata": {"kernelspec": spec},
         "cells": [
             {
                 "cell_type": "code",

@@ -35,16 +35,20 @@ class UnknownDependency(ValueError):
 def enqueue(store: Store, session: Session, dry_run: bool = False) -> None:
     """Store a new PENDING session, refusing what could never be scheduled.
 
-    ``dry_run``: only the checks; nothing is stored."""
-    with store.read() if dry_run else store.write() as tx:
+    ``dry_run``: every check (the name's included), then nothing is stored."""
+    with store.write() as tx:
         why = never_fits(session.spec, tx.list_agents(session.spec.resource_group))
         if why is not None:
             raise NeverFits(f"resource group {session.spec.resource_group!r}: {why}")
         missing = set(session.spec.depends_on) - set(tx.dependency_states(session.spec.depends_on))
         if missing:
             raise UnknownDependency(f"depends_on: no session {', '.join(sorted(missing))}")
-        if not dry_run:
-            tx.add_session(session)
+        if dry_run:  # the name check too, then undone
+            with tx.conn.begin_nested() as added:
+                tx.add_session(session)
+                added.rollback()
+            return
+        tx.add_session(session)
 
 
 def load_snapshot(tx: Transaction, resource_group: str) -> Snapshot:

@@ -143,6 +143,14 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 {"200": reply("{session_id, revoked_at}", {"type": "object"})},
             ),
         },
+        "/sessions/{key}/kernelspec": {
+            "parameters": [_SESSION_KEY],
+            "post": operation(
+                "write the kernelspec bai-session-<id[:12]> that attaches notebooks' kernels "
+                "to this interactive session (409 once it has ended)",
+                {"201": reply("{name, session_id}", {"type": "object"})},
+            ),
+        },
         "/sessions/{key}/services": {
             "parameters": [_SESSION_KEY],
             "post": operation(

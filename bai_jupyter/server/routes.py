@@ -8,6 +8,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from .agents import AgentsHandler
+from .attach import AttachKernelspecHandler
 from .base import BaiHandler
 from .events import EventsHandler
 from .execute import ExecuteHandler
@@ -54,6 +55,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/exec", ExecHandler),
         (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
         (f"{API}/sessions/{_KEY}/services", ServicesHandler),
+        (f"{API}/sessions/{_KEY}/kernelspec", AttachKernelspecHandler),
         (f"{API}/templates", TemplatesHandler),
         (f"{API}/templates/{_KEY}", TemplateHandler),
         (f"{API}/agents", AgentsHandler),

@@ -1,0 +1,206 @@
+/**
+ * A typed client of the bai-jupyter REST API (`/bai/api/v1/…`) and its event
+ * stream, over Jupyter's `ServerConnection`: the same authentication (token,
+ * cookies, XSRF) as every other request of JupyterLab, so it works unchanged
+ * against the server it was loaded from in every deployment shape.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import type {
+  AgentJSON,
+  SchedulerJSON,
+  SessionEvent,
+  SessionJSON,
+  SessionRequest,
+  TemplateJSON
+} from './model';
+
+const API = 'bai/api/v1';
+
+/** An answer of the API that is not a success: `{"error", "message"}` and its status. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string
+  ) {
+    super(message);
+  }
+}
+
+/** What `events()` calls while it runs. */
+export interface EventHandlers {
+  /** One session event, as the server sent it. */
+  event(event: SessionEvent): void;
+  /** The stream is (re)connected: events may have been missed, so re-read everything. */
+  connected(): void;
+  /** The stream broke (it reconnects by itself after `retryMs`). */
+  disconnected(reason: string): void;
+}
+
+export class BaiClient {
+  constructor(readonly settings: ServerConnection.ISettings = ServerConnection.makeSettings()) {}
+
+  /** The absolute URL of an API path (`sessions/abc/logs`) with query parameters. */
+  url(path: string, query: Record<string, string> = {}): string {
+    const base = URLExt.join(this.settings.baseUrl, API, path);
+    const search = URLExt.objectToQueryString(query);
+    return search === '?' ? base : base + search;
+  }
+
+  /** A page of the server (a service-port link `/bai/sessions/…/proxy/web/`) as a full URL. */
+  pageUrl(path: string): string {
+    return new URL(path, this.settings.baseUrl).toString();
+  }
+
+  private async call<T>(
+    method: string,
+    path: string,
+    query: Record<string, string> = {},
+    body?: unknown
+  ): Promise<T> {
+    const init: RequestInit = { method };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers = { 'Content-Type': 'application/json' };
+    }
+    let reply: Response;
+    try {
+      reply = await ServerConnection.makeRequest(this.url(path, query), init, this.settings);
+    } catch (error) {
+      throw new ApiError(0, 'unavailable', `the server does not answer: ${String(error)}`);
+    }
+    const text = await reply.text();
+    let data: any = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch {
+      data = {
+        error: 'error',
+        message: `${reply.status} ${reply.statusText}: ${text.slice(0, 200)}`
+      };
+    }
+    if (!reply.ok) {
+      const code = data?.error ?? 'error';
+      const message = data?.message ?? `${reply.status} ${reply.statusText}`;
+      throw new ApiError(reply.status, code, message);
+    }
+    return data as T;
+  }
+
+  async sessions(all = false): Promise<SessionJSON[]> {
+    const query: Record<string, string> = all ? { all: 'true' } : {};
+    return (await this.call<{ sessions: SessionJSON[] }>('GET', 'sessions', query)).sessions;
+  }
+
+  session(id: string): Promise<SessionJSON> {
+    return this.call('GET', `sessions/${encodeURIComponent(id)}`);
+  }
+
+  /** Create a session; with `dryRun` only check it (the server's own rules and messages). */
+  create(request: SessionRequest, dryRun = false): Promise<SessionJSON> {
+    return this.call('POST', 'sessions', dryRun ? { dry_run: 'true' } : {}, request);
+  }
+
+  /** Cancel a pending session, terminate a started one. */
+  destroy(id: string): Promise<SessionJSON> {
+    return this.call('DELETE', `sessions/${encodeURIComponent(id)}`);
+  }
+
+  interrupt(id: string, kernel = 'main1'): Promise<void> {
+    return this.call('POST', `sessions/${encodeURIComponent(id)}/interrupt`, { kernel });
+  }
+
+  async logs(id: string, kernel = 'main1'): Promise<string> {
+    const path = `sessions/${encodeURIComponent(id)}/logs`;
+    return (await this.call<{ logs: string }>('GET', path, { kernel })).logs;
+  }
+
+  /** A kernelspec that attaches a notebook's kernel to this running session (its name). */
+  async attachKernelspec(id: string): Promise<string> {
+    const path = `sessions/${encodeURIComponent(id)}/kernelspec`;
+    return (await this.call<{ name: string }>('POST', path)).name;
+  }
+
+  async agents(): Promise<AgentJSON[]> {
+    return (await this.call<{ agents: AgentJSON[] }>('GET', 'agents')).agents;
+  }
+
+  scheduler(): Promise<SchedulerJSON> {
+    return this.call('GET', 'scheduler');
+  }
+
+  async templates(): Promise<TemplateJSON[]> {
+    return (await this.call<{ templates: TemplateJSON[] }>('GET', 'templates')).templates;
+  }
+
+  /**
+   * Follow the event stream (`GET events`, Server-Sent Events read with a streaming
+   * fetch so Jupyter's own authentication applies) until `signal` aborts. A broken
+   * stream is reopened after `retryMs`; each (re)connection calls `connected()`.
+   */
+  async events(handlers: EventHandlers, signal: AbortSignal, retryMs = 2000): Promise<void> {
+    while (!signal.aborted) {
+      let reason = 'the server closed the event stream';
+      try {
+        const reply = await ServerConnection.makeRequest(
+          this.url('events'),
+          { method: 'GET', signal, headers: { Accept: 'text/event-stream' } },
+          this.settings
+        );
+        if (!reply.ok || !reply.body) {
+          throw new Error(`${reply.status} ${reply.statusText}`);
+        }
+        handlers.connected();
+        await readEvents(reply.body, signal, data => {
+          handlers.event(JSON.parse(data) as SessionEvent);
+        });
+      } catch (error) {
+        if (signal.aborted) {
+          return;
+        }
+        reason = String(error);
+      }
+      handlers.disconnected(reason);
+      await new Promise(resolve => setTimeout(resolve, retryMs));
+    }
+  }
+}
+
+/** Read Server-Sent Events frames from `body`; call `onData` with each frame's data. */
+async function readEvents(
+  body: ReadableStream<Uint8Array>,
+  signal: AbortSignal,
+  onData: (data: string) => void
+): Promise<void> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  const cancel = () => void reader.cancel();
+  signal.addEventListener('abort', cancel);
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) {
+        return;
+      }
+      buffer += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const frame = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = frame
+          .split('\n')
+          .filter(line => line.startsWith('data:'))
+          .map(line => line.slice(5).trimStart())
+          .join('\n');
+        if (data) {
+          onData(data);
+        }
+      }
+    }
+  } finally {
+    signal.removeEventListener('abort', cancel);
+  }
+}

@@ -1,0 +1,291 @@
+/**
+ * The "New session" dialog: every field of a session request, checked by the
+ * server as the user types (`POST sessions?dry_run=true`), the server's own
+ * message shown next to the field it is about. "Create" stays disabled while the
+ * request is invalid.
+ */
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Widget } from '@lumino/widgets';
+
+import { ApiError, BaiClient } from './api';
+import { h } from './dom';
+import {
+  buildRequest,
+  EMPTY_FORM,
+  fieldOfMessage,
+  FormField,
+  FormValues,
+  messageText,
+  SessionJSON,
+  SessionRequest,
+  TemplateJSON
+} from './model';
+
+const CHECK_DELAY_MS = 250;
+
+type Input = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
+
+class SessionForm extends Widget {
+  private readonly inputs = new Map<keyof FormValues, Input>();
+  private readonly messages = new Map<FormField, HTMLElement>();
+  private readonly rows = new Map<FormField, HTMLElement>();
+  private readonly marker = h('span', { attrs: { hidden: '' } });
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private checks = 0;
+  /** The request as last checked, and whether the server accepted it. */
+  valid = false;
+
+  constructor(
+    private readonly client: BaiClient,
+    templates: TemplateJSON[],
+    sessions: SessionJSON[]
+  ) {
+    super();
+    this.addClass('bai-Form');
+    const form = h('form', { attrs: { 'aria-label': 'New bai session' } });
+    form.addEventListener('submit', event => event.preventDefault());
+    const select = (key: keyof FormValues, options: [string, string][]) =>
+      this.input(
+        key,
+        h('select', {}, ...options.map(([value, text]) => h('option', { attrs: { value } }, text)))
+      );
+    const text = (key: keyof FormValues, placeholder: string, type = 'text') =>
+      this.input(key, h('input', { attrs: { type, placeholder } }));
+    form.append(
+      this.row(
+        'template',
+        'Template',
+        select('template', [
+          ['', '(none)'],
+          ...templates.map(
+            t =>
+              [t.name, t.description ? `${t.name} — ${t.description}` : t.name] as [string, string]
+          )
+        ])
+      ),
+      this.row('name', 'Name', text('name', 'optional, unique among your live sessions')),
+      this.row('image', 'Image', text('image', 'the server’s default image')),
+      this.row(
+        'type',
+        'Type',
+        select('type', [
+          ['interactive', 'interactive (a notebook, service ports)'],
+          ['batch', 'batch (runs a command, then ends)']
+        ])
+      ),
+      this.row('cluster_size', 'Cluster size', text('cluster_size', '1', 'number')),
+      this.row(
+        'cluster_mode',
+        'Cluster mode',
+        select('cluster_mode', [
+          ['single-node', 'single-node (all kernels on one agent)'],
+          ['multi-node', 'multi-node (kernels may spread)']
+        ])
+      ),
+      this.row(
+        'resources',
+        'Resources per kernel',
+        h(
+          'div',
+          { class: 'bai-Form-slots' },
+          h('label', {}, 'CPU ', text('cpu', 'default')),
+          h('label', {}, 'Memory ', text('mem', 'e.g. 2g')),
+          h('label', {}, 'GPUs ', text('gpu', '0'))
+        )
+      ),
+      this.row('mounts', 'Data folders', text('mounts', 'comma-separated, e.g. data, models')),
+      this.row(
+        'env',
+        'Environment',
+        this.input(
+          'env',
+          h('textarea', { attrs: { rows: '2', placeholder: 'NAME=value, one a line' } })
+        )
+      ),
+      this.row(
+        'startup_command',
+        'Startup command',
+        text('startup_command', 'e.g. python train.py')
+      ),
+      this.row('batch_timeout', 'Batch timeout (s)', text('batch_timeout', 'none', 'number')),
+      this.row(
+        'depends_on',
+        'Depends on',
+        text('depends_on', 'session names or ids, comma-separated')
+      ),
+      this.row('priority', 'Priority', text('priority', '10 (higher starts first)', 'number')),
+      h('p', { class: 'bai-Form-message', attrs: { 'aria-live': 'polite', 'data-field': 'form' } })
+    );
+    this.messages.set('form', form.lastElementChild as HTMLElement);
+    const names = sessions.map(s => s.name).filter(Boolean) as string[];
+    const list = h(
+      'datalist',
+      { attrs: { id: 'bai-session-names' } },
+      ...names.map(n => h('option', { attrs: { value: n } }))
+    );
+    this.inputs.get('depends_on')!.setAttribute('list', list.id);
+    form.append(list);
+    this.node.append(form, this.marker);
+    this.set(EMPTY_FORM);
+    this.showBatchFields();
+    this.scheduleCheck();
+  }
+
+  values(): FormValues {
+    const values = { ...EMPTY_FORM };
+    for (const [key, input] of this.inputs) {
+      values[key] = input.value;
+    }
+    return values;
+  }
+
+  private set(values: FormValues): void {
+    for (const [key, input] of this.inputs) {
+      input.value = values[key];
+    }
+  }
+
+  request(): SessionRequest {
+    return buildRequest(this.values()).request;
+  }
+
+  private input<T extends Input>(key: keyof FormValues, element: T): T {
+    element.classList.add('bai-Input');
+    element.name = key;
+    element.id = `bai-field-${key}`;
+    element.addEventListener('input', () => {
+      this.showBatchFields();
+      this.scheduleCheck();
+    });
+    this.inputs.set(key, element);
+    return element;
+  }
+
+  private row(field: FormField, text: string, control: HTMLElement): HTMLElement {
+    const message = h('div', {
+      class: 'bai-Form-error',
+      attrs: { id: `bai-msg-${field}`, 'aria-live': 'polite', 'data-field': field }
+    });
+    this.messages.set(field, message);
+    const first = control.matches('input, select, textarea') ? control : null;
+    const row = h(
+      'div',
+      { class: 'bai-Form-row', attrs: { 'data-row': field } },
+      first
+        ? h('label', { attrs: { for: first.id } }, text)
+        : h('span', { class: 'bai-Form-label' }, text),
+      h(
+        'div',
+        {
+          class: 'bai-Form-control',
+          attrs: { role: first ? undefined : 'group', 'aria-label': first ? undefined : text }
+        },
+        control,
+        message
+      )
+    );
+    row
+      .querySelectorAll('input, select, textarea')
+      .forEach(el => el.setAttribute('aria-describedby', message.id));
+    this.rows.set(field, row);
+    return row;
+  }
+
+  private showBatchFields(): void {
+    const batch = this.inputs.get('type')!.value === 'batch';
+    this.rows.get('startup_command')!.hidden = !batch;
+    this.rows.get('batch_timeout')!.hidden = !batch;
+  }
+
+  private scheduleCheck(): void {
+    this.valid = false;
+    this.setAccept();
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+    }
+    this.timer = setTimeout(() => void this.check(), CHECK_DELAY_MS);
+  }
+
+  /** Ask the server (dry run) and show what it says, next to the field it is about. */
+  private async check(): Promise<void> {
+    const mine = ++this.checks;
+    const { request, problems } = buildRequest(this.values());
+    let serverProblem: [FormField, string] | null = null;
+    if (!Object.keys(problems).length) {
+      try {
+        await this.client.create(request, true);
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        const about = error instanceof ApiError ? fieldOfMessage(message) : 'form';
+        // A field the form has no row for (say, a template's resource_group): say it at the end.
+        const field = this.messages.has(about) ? about : 'form';
+        serverProblem = [field, field === 'form' ? message : messageText(message)];
+      }
+    }
+    if (mine !== this.checks || this.isDisposed) {
+      return; // the user typed again meanwhile
+    }
+    for (const [field, node] of this.messages) {
+      const text = serverProblem?.[0] === field ? serverProblem[1] : (problems[field] ?? '');
+      node.textContent = text;
+      const row = this.rows.get(field);
+      row?.classList.toggle('bai-mod-invalid', Boolean(text));
+      row
+        ?.querySelectorAll('input, select, textarea')
+        .forEach(el =>
+          text ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid')
+        );
+    }
+    this.valid = !serverProblem && !Object.keys(problems).length;
+    this.setAccept();
+  }
+
+  /**
+   * "Create" is enabled only for a request the server accepted: JupyterLab's dialog
+   * disables its accept button (and Enter) while it holds an element marked
+   * `jp-mod-error`, re-read on each input event.
+   */
+  private setAccept(): void {
+    this.marker.classList.toggle('jp-mod-error', !this.valid);
+    this.node.dispatchEvent(new Event('input', { bubbles: true }));
+  }
+
+  protected onAfterAttach(): void {
+    this.setAccept();
+    this.inputs.get('name')?.focus();
+  }
+}
+
+/**
+ * Show the dialog; create the session when the user accepts. Returns the new
+ * session, or null when the user cancelled.
+ */
+export async function newSessionDialog(
+  client: BaiClient,
+  sessions: SessionJSON[]
+): Promise<SessionJSON | null> {
+  const templates = await client.templates().catch(() => [] as TemplateJSON[]);
+  const form = new SessionForm(client, templates, sessions);
+  const answer = await showDialog({
+    title: 'New bai session',
+    body: form,
+    focusNodeSelector: '#bai-field-name',
+    buttons: [
+      Dialog.cancelButton(),
+      Dialog.okButton({ label: 'Create', ariaLabel: 'Create the session' })
+    ]
+  });
+  if (!answer.button.accept) {
+    return null;
+  }
+  try {
+    return await client.create(form.request());
+  } catch (error) {
+    await showDialog({
+      title: 'The session was not created',
+      body: error instanceof Error ? error.message : String(error),
+      buttons: [Dialog.okButton()]
+    });
+    return null;
+  }
+}

@@ -1,0 +1,183 @@
+/**
+ * The plugin: wires the live state to the sidebar, the dialog, the log viewers,
+ * the status-bar item, the launcher card and the settings.
+ */
+import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
+import { ILauncher } from '@jupyterlab/launcher';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+
+import { BaiClient } from './api';
+import { newSessionDialog } from './dialog';
+import { baiIcon } from './icon';
+import { LiveState } from './live';
+import { logViewer } from './logs';
+import { label, SessionJSON } from './model';
+import { SessionsSidebar } from './sidebar';
+import { SessionStatus } from './statusbar';
+
+const PLUGIN = 'bai-jupyter:plugin';
+
+namespace CommandIDs {
+  export const newSession = 'bai-jupyter:new-session';
+  export const showSessions = 'bai-jupyter:show-sessions';
+  export const reveal = 'bai-jupyter:reveal-session';
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN,
+  description: 'bai-jupyter sessions, queue and agents in JupyterLab.',
+  autoStart: true,
+  requires: [ILabShell],
+  optional: [ISettingRegistry, ILauncher, IStatusBar, INotebookTracker, ICommandPalette],
+  activate: async (
+    app: JupyterFrontEnd,
+    shell: ILabShell,
+    settings: ISettingRegistry | null,
+    launcher: ILauncher | null,
+    statusBar: IStatusBar | null,
+    notebooks: INotebookTracker | null,
+    palette: ICommandPalette | null
+  ) => {
+    const client = new BaiClient(app.serviceManager.serverSettings);
+    const live = new LiveState(client);
+    let logLines = 2000;
+
+    // Which notebook uses which Jupyter kernel, from JupyterLab's own sessions.
+    const sessionsManager = app.serviceManager.sessions;
+    const trackKernels = () => {
+      live.state.kernels = [...sessionsManager.running()]
+        .filter(model => model.kernel)
+        .map(model => ({ id: model.kernel!.id, spec: model.kernel!.name, path: model.path }));
+      live.state.changed();
+    };
+    sessionsManager.runningChanged.connect(trackKernels);
+    trackKernels();
+
+    const openNotebook = async (session: SessionJSON) => {
+      try {
+        const name = await client.attachKernelspec(session.id);
+        await app.serviceManager.kernelspecs.refreshSpecs();
+        const model = await app.commands.execute('docmanager:new-untitled', {
+          path: '',
+          type: 'notebook'
+        });
+        await app.commands.execute('docmanager:open', {
+          path: model.path,
+          factory: 'Notebook',
+          kernel: { name }
+        });
+      } catch (error) {
+        await showDialog({
+          title: `No notebook on ${label(session)}`,
+          body: error instanceof Error ? error.message : String(error),
+          buttons: [Dialog.okButton()]
+        });
+      }
+    };
+
+    const sidebar = new SessionsSidebar(
+      live,
+      {
+        newSession: () => void app.commands.execute(CommandIDs.newSession),
+        showLogs: session => {
+          const id = `bai-logs-${session.id}`;
+          const open = [...shell.widgets('main')].find(widget => widget.id === id);
+          if (open) {
+            shell.activateById(id);
+            return;
+          }
+          shell.add(logViewer(live, session, logLines), 'main');
+          shell.activateById(id);
+        },
+        openNotebook: session => void openNotebook(session),
+        openNotebookPath: path => void app.commands.execute('docmanager:open', { path })
+      },
+      { showEnded: true, maxEnded: 10 }
+    );
+    sidebar.title.icon = baiIcon;
+    sidebar.title.caption = 'bai sessions';
+    shell.add(sidebar, 'left', { rank: 250 });
+
+    app.commands.addCommand(CommandIDs.newSession, {
+      label: args => (args.isLauncher ? 'New bai Session' : 'New bai Session…'),
+      caption: 'Create a bai session: a cluster of kernels the scheduler queues until it fits',
+      icon: baiIcon,
+      execute: async () => {
+        const session = await newSessionDialog(client, live.state.list(false));
+        if (!session) {
+          return;
+        }
+        live.state.loadSession(session);
+        shell.activateById(sidebar.id);
+        sidebar.reveal(session.id);
+        if (session.spec.type === 'interactive') {
+          const answer = await showDialog({
+            title: `Session ${label(session)} was created`,
+            body: `It is ${session.status}. Open a notebook whose kernel runs in its main1?`,
+            buttons: [
+              Dialog.cancelButton({ label: 'Not now' }),
+              Dialog.okButton({ label: 'Open notebook' })
+            ]
+          });
+          if (answer.button.accept) {
+            await openNotebook(session);
+          }
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.showSessions, {
+      label: 'Show bai Sessions',
+      execute: () => shell.activateById(sidebar.id)
+    });
+    app.commands.addCommand(CommandIDs.reveal, {
+      label: 'Reveal a bai Session',
+      execute: args => {
+        shell.activateById(sidebar.id);
+        sidebar.reveal(String(args.id));
+      }
+    });
+    palette?.addItem({ command: CommandIDs.newSession, category: 'bai-jupyter' });
+    palette?.addItem({ command: CommandIDs.showSessions, category: 'bai-jupyter' });
+    launcher?.add({ command: CommandIDs.newSession, category: 'Other', rank: 0 });
+
+    if (statusBar && notebooks) {
+      const item = new SessionStatus(
+        live,
+        notebooks,
+        id => void app.commands.execute(CommandIDs.reveal, { id })
+      );
+      statusBar.registerStatusItem(PLUGIN, {
+        item,
+        align: 'left',
+        rank: 5,
+        isActive: () => item.active,
+        activeStateChanged: item.activeStateChanged
+      });
+    }
+
+    if (settings) {
+      const apply = (loaded: ISettingRegistry.ISettings) => {
+        const composite = loaded.composite as Record<string, unknown>;
+        logLines = Number(composite.logLines ?? 2000);
+        sidebar.configure({
+          showEnded: composite.showEnded !== false,
+          maxEnded: Number(composite.maxEnded ?? 10)
+        });
+        live.setAll(composite.showAllSessions === true);
+      };
+      try {
+        const loaded = await settings.load(PLUGIN);
+        apply(loaded);
+        loaded.changed.connect(apply);
+      } catch (error) {
+        console.warn('bai-jupyter: settings not loaded', error);
+      }
+    }
+    live.start();
+  }
+};
+
+export default plugin;

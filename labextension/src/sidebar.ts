@@ -1,0 +1,477 @@
+/**
+ * The left sidebar "bai sessions": the user's sessions (newest first), the queue of
+ * each resource group, and the agents, redrawn from the live state on every change.
+ */
+import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
+import { Widget } from '@lumino/widgets';
+
+import { button, Child, h, redraw } from './dom';
+import { LiveState } from './live';
+import {
+  ageText,
+  AgentJSON,
+  clusterHosts,
+  isEnded,
+  label,
+  queueOrder,
+  QueueEntry,
+  resourcesText,
+  resultText,
+  SessionJSON,
+  statusTone,
+  usage,
+  whyPending
+} from './model';
+
+/** What the sidebar asks of the rest of the extension. */
+export interface SidebarActions {
+  newSession(): void;
+  showLogs(session: SessionJSON): void;
+  openNotebook(session: SessionJSON): void;
+  openNotebookPath(path: string): void;
+}
+
+export interface SidebarOptions {
+  showEnded: boolean;
+  maxEnded: number;
+}
+
+export class SessionsSidebar extends Widget {
+  private readonly body: HTMLElement;
+  private pending = false;
+  private highlighted: string | null = null;
+  private readonly ticker: ReturnType<typeof setInterval>;
+
+  constructor(
+    private readonly live: LiveState,
+    private readonly actions: SidebarActions,
+    private options: SidebarOptions
+  ) {
+    super();
+    this.id = 'bai-jupyter-sessions';
+    this.addClass('bai-Sidebar');
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'bai sessions');
+    this.body = h('div', { class: 'bai-Sidebar-body' });
+    this.node.append(this.body);
+    live.state.onChange(() => this.schedule());
+    this.ticker = setInterval(() => this.schedule(), 30_000); // ages
+    this.schedule();
+  }
+
+  dispose(): void {
+    clearInterval(this.ticker);
+    super.dispose();
+  }
+
+  configure(options: SidebarOptions): void {
+    this.options = options;
+    this.schedule();
+  }
+
+  /** Scroll to a session, mark it and put the keyboard focus on it. */
+  reveal(id: string): void {
+    this.highlighted = id;
+    this.draw();
+    const card = this.node.querySelector<HTMLElement>(`.bai-Session[data-session-id="${id}"]`);
+    card?.scrollIntoView({ block: 'nearest' });
+    card?.focus();
+  }
+
+  /** Coalesce the changes of one turn of the event loop into one redraw. */
+  private schedule(): void {
+    if (!this.pending) {
+      this.pending = true;
+      queueMicrotask(() => {
+        this.pending = false;
+        this.draw();
+      });
+    }
+  }
+
+  private draw(): void {
+    redraw(this.body, this.node, () => [
+      this.header(),
+      this.sessionsSection(),
+      ...this.queueSections(),
+      this.agentsSection()
+    ]);
+  }
+
+  private header(): HTMLElement {
+    const offline = this.live.state.offline;
+    return h(
+      'div',
+      { class: 'bai-Sidebar-header' },
+      h('h2', { class: 'bai-Sidebar-title' }, 'bai sessions'),
+      button(
+        '+ New session',
+        'New session',
+        'new',
+        () => this.actions.newSession(),
+        'bai-mod-accept'
+      ),
+      button('↻', 'Reload sessions, queue and agents', 'reload', () => void this.live.reload()),
+      offline
+        ? h(
+            'p',
+            { class: 'bai-Offline', attrs: { role: 'status' } },
+            `Not live: ${offline} (retrying)`
+          )
+        : null
+    );
+  }
+
+  private section(title: string, key: string, ...content: Child[]): HTMLElement {
+    const headingId = `bai-heading-${key}`;
+    return h(
+      'section',
+      { class: 'bai-Section', attrs: { 'aria-labelledby': headingId } },
+      h('h3', { class: 'bai-Section-title', attrs: { id: headingId } }, title),
+      ...content
+    );
+  }
+
+  private sessionsSection(): HTMLElement {
+    const state = this.live.state;
+    const live = state.list(false);
+    const ended = this.options.showEnded
+      ? state
+          .list(true)
+          .filter(s => isEnded(s.status))
+          .slice(0, this.options.maxEnded)
+      : [];
+    const sessions = [...live, ...ended];
+    const names = state.names();
+    const content = sessions.length
+      ? h(
+          'ul',
+          { class: 'bai-SessionList', attrs: { 'aria-label': 'My sessions' } },
+          ...sessions.map(session => this.card(session, names))
+        )
+      : h('p', { class: 'bai-Empty' }, 'No sessions yet. Start one with “New session”.');
+    return this.section(`My sessions (${live.length} live)`, 'sessions', content);
+  }
+
+  private card(session: SessionJSON, names: Map<string, string>): HTMLElement {
+    const state = this.live.state;
+    const tone = statusTone(session);
+    const name = label(session);
+    const why = whyPending(session, names);
+    const place = state.position(session.id);
+    const result = resultText(session);
+    const ended = isEnded(session.status);
+    const kernels = state.kernelsOf(session);
+    const notebook =
+      typeof session.meta?.notebook_path === 'string' ? session.meta.notebook_path : null;
+    const status = h(
+      'span',
+      { class: `bai-Status bai-mod-${tone}`, attrs: { 'data-status': session.status } },
+      session.status
+    );
+    const lines: Child[] = [
+      h(
+        'div',
+        { class: 'bai-Session-head' },
+        status,
+        h('span', { class: 'bai-Session-name', attrs: { title: session.id } }, name),
+        h('span', { class: 'bai-Session-age' }, ageText(session.created_at, Date.now() / 1000))
+      ),
+      h(
+        'div',
+        { class: 'bai-Session-detail' },
+        h('span', { class: 'bai-Session-type' }, session.spec.type),
+        ' · ',
+        h('span', { attrs: { 'aria-label': 'cluster hosts' } }, clusterHosts(session)),
+        ' · ',
+        h(
+          'span',
+          { attrs: { 'aria-label': 'resources per kernel' } },
+          resourcesText(session.spec.resources)
+        )
+      )
+    ];
+    if (session.status === 'PENDING') {
+      const where = place ? `Queued #${place.position} of ${place.of}` : 'Queued';
+      lines.push(
+        h(
+          'div',
+          { class: 'bai-Pending', attrs: { 'data-role': 'why-pending' } },
+          h('strong', {}, where),
+          why ? ` — ${why}` : ' — waiting for the scheduler’s next pass'
+        )
+      );
+    }
+    if (result) {
+      lines.push(
+        h('div', { class: `bai-Result bai-mod-${tone}`, attrs: { 'data-role': 'result' } }, result)
+      );
+    } else if (ended && session.status_info) {
+      lines.push(h('div', { class: 'bai-Result' }, `${session.status} (${session.status_info})`));
+    }
+    if (typeof session.status_data?.error === 'string') {
+      lines.push(h('div', { class: 'bai-Error' }, session.status_data.error));
+    }
+    for (const kernel of kernels) {
+      lines.push(this.kernelLine(kernel.path, `kernel ${kernel.id.slice(0, 8)}`, true));
+    }
+    if (!kernels.length && notebook && !ended) {
+      lines.push(this.kernelLine(notebook, 'its kernel is starting', false));
+    }
+    const services = session.services.filter(service => service.url);
+    if (services.length && !ended) {
+      lines.push(
+        h(
+          'div',
+          { class: 'bai-Services', attrs: { 'aria-label': 'service ports' } },
+          ...services.map(service =>
+            h(
+              'a',
+              {
+                class: 'bai-Link',
+                attrs: {
+                  href: this.live.client.pageUrl(service.url!),
+                  target: '_blank',
+                  rel: 'noopener noreferrer',
+                  'data-focus-key': `svc-${session.id}-${service.name}`,
+                  'aria-label': `Open service ${service.name} of ${name} in a new tab`
+                }
+              },
+              `${service.name} ↗`
+            )
+          )
+        )
+      );
+    }
+    lines.push(this.actionsOf(session, name));
+    const classes = ['bai-Session', this.highlighted === session.id ? 'bai-mod-highlighted' : ''];
+    return h(
+      'li',
+      {
+        class: classes.join(' ').trim(),
+        attrs: {
+          tabindex: '0',
+          'data-session-id': session.id,
+          'data-focus-key': `card-${session.id}`,
+          'aria-label': `${session.spec.type} session ${name}, ${session.status}${
+            why ? `, waiting: ${why}` : ''
+          }`
+        }
+      },
+      ...lines
+    );
+  }
+
+  /** The notebook (or, without one, the Jupyter kernel) that runs in a session. */
+  private kernelLine(path: string | null, what: string, link: boolean): HTMLElement {
+    const text = path ? path.split('/').pop()! : what;
+    return h(
+      'div',
+      { class: 'bai-Kernel' },
+      'Notebook: ',
+      path && link
+        ? h(
+            'a',
+            {
+              class: 'bai-Link',
+              attrs: { href: '#', title: path, 'data-focus-key': `nb-${path}` },
+              on: {
+                click: event => {
+                  event.preventDefault();
+                  this.actions.openNotebookPath(path);
+                }
+              }
+            },
+            text
+          )
+        : text,
+      path ? ` (${what})` : null
+    );
+  }
+
+  private actionsOf(session: SessionJSON, name: string): HTMLElement {
+    const client = this.live.client;
+    const ended = isEnded(session.status) || session.status === 'TERMINATING';
+    const id = session.id;
+    const buttons: Child[] = [];
+    if (!ended) {
+      const verb = session.status === 'PENDING' ? 'Cancel' : 'Terminate';
+      buttons.push(
+        button(
+          verb,
+          `${verb} session ${name}`,
+          `end-${id}`,
+          () => void this.end(session, verb),
+          'bai-mod-warn'
+        )
+      );
+    }
+    if (session.status === 'RUNNING' && session.spec.type === 'interactive') {
+      buttons.push(
+        button(
+          'Interrupt',
+          `Interrupt what main1 of ${name} runs`,
+          `int-${id}`,
+          () =>
+            void this.confirm(
+              `Interrupt ${name}?`,
+              'What its main1 kernel runs now stops (SIGINT).',
+              'Interrupt',
+              () => client.interrupt(id)
+            )
+        ),
+        button('Open notebook', `Open a notebook on session ${name}`, `nb-${id}`, () =>
+          this.actions.openNotebook(session)
+        )
+      );
+    }
+    buttons.push(
+      button('Logs', `Show the logs of ${name}`, `logs-${id}`, () =>
+        this.actions.showLogs(session)
+      ),
+      button('Copy id', `Copy the id of ${name}`, `copy-${id}`, () => Clipboard.copyToSystem(id))
+    );
+    return h('div', { class: 'bai-Actions' }, ...buttons);
+  }
+
+  private async end(session: SessionJSON, verb: string): Promise<void> {
+    const name = label(session);
+    const what =
+      verb === 'Cancel'
+        ? `${name} leaves the queue and never starts.`
+        : `Its kernels (${clusterHosts(session)}) stop and their containers are removed.`;
+    await this.confirm(`${verb} session ${name}?`, what, verb, async () => {
+      await this.live.client.destroy(session.id);
+      await this.live.refresh(session.id);
+    });
+  }
+
+  private async confirm(
+    title: string,
+    body: string,
+    verb: string,
+    act: () => Promise<unknown>
+  ): Promise<void> {
+    const answer = await showDialog({
+      title,
+      body,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: verb })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    try {
+      await act();
+    } catch (error) {
+      await showDialog({
+        title: `${verb} failed`,
+        body: error instanceof Error ? error.message : String(error),
+        buttons: [Dialog.okButton()]
+      });
+    }
+  }
+
+  private queueSections(): HTMLElement[] {
+    const scheduler = this.live.state.scheduler;
+    const names = this.live.state.names();
+    return Object.entries(scheduler?.resource_groups ?? {}).map(([group, info]) => {
+      const queue = queueOrder(scheduler, group);
+      const content = queue.length
+        ? h(
+            'ol',
+            { class: 'bai-Queue', attrs: { 'aria-label': `Queue of resource group ${group}` } },
+            ...queue.map(entry => this.queueEntry(entry, names))
+          )
+        : h('p', { class: 'bai-Empty' }, 'Nobody waits.');
+      const title = `Queue · ${group} (${info.sequencer}, ${queue.length} pending)`;
+      return this.section(title, `queue-${group}`, content);
+    });
+  }
+
+  private queueEntry(entry: QueueEntry, names: Map<string, string>): HTMLElement {
+    if (!entry.session_id) {
+      return h(
+        'li',
+        { class: 'bai-QueueEntry bai-mod-other' },
+        `#${entry.position} another user’s session`
+      );
+    }
+    const why = whyPending(
+      { status: 'PENDING', status_data: { scheduler: entry.scheduler } },
+      names
+    );
+    const who = entry.mine ? '' : ` (${entry.owner})`;
+    return h(
+      'li',
+      {
+        class: `bai-QueueEntry${entry.mine ? ' bai-mod-mine' : ''}`,
+        attrs: { 'data-session-id': entry.session_id }
+      },
+      h('strong', {}, `#${entry.position} ${label({ id: entry.session_id, name: entry.name })}`),
+      who,
+      ` · ${entry.cluster_size ?? 1} × ${resourcesText(entry.resources)}`,
+      why ? h('div', { class: 'bai-QueueWhy' }, why) : null
+    );
+  }
+
+  private agentsSection(): HTMLElement {
+    const agents = this.live.state.agents;
+    const content = agents.length
+      ? h(
+          'ul',
+          { class: 'bai-Agents', attrs: { 'aria-label': 'Agents' } },
+          ...agents.map(a => this.agent(a))
+        )
+      : h('p', { class: 'bai-Empty' }, 'No agents.');
+    return this.section(`Agents (${agents.length})`, 'agents', content);
+  }
+
+  private agent(agent: AgentJSON): HTMLElement {
+    const sessions = this.live.state.sessions;
+    const bars = usage(agent).map(({ slot, used, text }) =>
+      h(
+        'div',
+        { class: 'bai-Bar' },
+        h('span', { class: 'bai-Bar-label' }, slot),
+        h(
+          'div',
+          {
+            class: 'bai-Bar-track',
+            attrs: {
+              role: 'meter',
+              'aria-label': `${slot} occupied on ${agent.id}: ${text}`,
+              'aria-valuemin': '0',
+              'aria-valuemax': '100',
+              'aria-valuenow': String(Math.round(used * 100))
+            }
+          },
+          h('div', {
+            class: 'bai-Bar-fill',
+            attrs: { style: `width: ${(used * 100).toFixed(1)}%` }
+          })
+        ),
+        h('span', { class: 'bai-Bar-text' }, text)
+      )
+    );
+    const kernels = agent.kernels.map(kernel => {
+      const session = kernel.session_id ? sessions.get(kernel.session_id) : undefined;
+      const owner = kernel.session_id
+        ? `${kernel.hostname} of ${session ? label(session) : label({ id: kernel.session_id })}`
+        : 'a kernel of another user';
+      return h('li', {}, `${owner} · ${resourcesText(kernel.slots)}`);
+    });
+    return h(
+      'li',
+      { class: 'bai-Agent', attrs: { 'data-agent-id': agent.id } },
+      h(
+        'div',
+        { class: 'bai-Agent-head' },
+        h('strong', {}, agent.id),
+        ` · ${agent.backend} · ${agent.kernels.length} kernel${agent.kernels.length === 1 ? '' : 's'}`,
+        agent.schedulable ? null : ' · not schedulable'
+      ),
+      ...bars,
+      kernels.length ? h('ul', { class: 'bai-Agent-kernels' }, ...kernels) : null
+    );
+  }
+}
