@@ -17,6 +17,7 @@ from ..request.bounds import (
     MAX_SERVICE_PORTS,
     MAX_TIMESTAMP,
 )
+from ..request.roles import MAX_ROLES, ROLE_NAME_RE
 from .kernel_runs import MODES
 
 
@@ -92,6 +93,32 @@ FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
         "items": {"type": "string"},
         "maxItems": MAX_SERVICE_PORTS,
         "nullable": True,
+    },
+    "roles": {
+        "type": "array",
+        "maxItems": MAX_ROLES,
+        "nullable": True,
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{ROLE_NAME_RE.pattern}$"},
+                "replicas": {"type": "integer", "minimum": 1, "maximum": MAX_CLUSTER_SIZE},
+                "image": NULLABLE_STRING,
+                "resources": {
+                    "type": "object",
+                    "nullable": True,
+                    "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+                },
+                "env": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "nullable": True,
+                },
+                "mounts": {"type": "array", "items": {"type": "string"}, "nullable": True},
+            },
+        },
     },
 }
 assert set(FIELD_SCHEMAS) == set(FIELDS), "the OpenAPI request schema drifted from FIELDS"
