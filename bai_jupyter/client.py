@@ -296,6 +296,34 @@ class RemoteManager:
         query = {"shared": "true"} if shared else None
         await self._call("DELETE", _path("templates", name), query=query)
 
+    # --- endpoints ----------------------------------------------------------------------------
+
+    async def create_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A new endpoint; its minimum of replicas starts (Conflict if the name is taken)."""
+        reply: dict[str, Any] = await self._call("POST", "endpoints", dict(request))
+        return reply
+
+    async def list_endpoints(self, everyone: bool = False) -> builtins.list[dict[str, Any]]:
+        """The caller's endpoints by name (``everyone``: all users', for an admin)."""
+        query = {"all": "true"} if everyone else None
+        reply = await self._call("GET", "endpoints", query=query)
+        return list(reply["endpoints"])
+
+    async def get_endpoint(self, name: str) -> dict[str, Any]:
+        """An endpoint: its settings, replicas, load and scaling decisions."""
+        reply: dict[str, Any] = await self._call("GET", _path("endpoints", name))
+        return reply
+
+    async def update_endpoint(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change settings; a new replica request rolls out replica by replica."""
+        reply: dict[str, Any] = await self._call("PATCH", _path("endpoints", name), dict(changes))
+        return reply
+
+    async def delete_endpoint(self, name: str) -> dict[str, Any]:
+        """Remove an endpoint; its replicas end."""
+        reply: dict[str, Any] = await self._call("DELETE", _path("endpoints", name))
+        return reply
+
     async def agents(self) -> builtins.list[dict[str, Any]]:
         """Each agent's capacity, occupied slots and kernels."""
         reply = await self._call("GET", "agents")

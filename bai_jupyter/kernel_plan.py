@@ -129,8 +129,10 @@ def bootstrap(
         mode = "batch"
     elif spec.type is SessionType.INTERACTIVE:
         mode = "kernel"
+    elif spec.type is SessionType.INFERENCE and (spec.startup_command or "").strip():
+        mode = "serve"  # the model server
     else:
-        mode = "wait"  # inference/system: service ports only
+        mode = "wait"  # system, and inference with services from the image only
     return {
         "mode": mode,
         "hostname": kernel.hostname,

@@ -339,6 +339,15 @@ class Session:
     def name(self) -> str | None:
         return self.spec.name
 
+    def service_address(self, service: ServicePort) -> tuple[str, int] | None:
+        """Where main1's ``service`` is reached (host, port), once its kernel started."""
+        main = next((k for k in self.kernels if k.role is KernelRole.MAIN), None)
+        if main is None:
+            return None
+        port = main.info.get("ports", {}).get(service.port_key)
+        host = main.info.get("host")
+        return (str(host), int(port)) if host and port else None
+
     @property
     def scheduler_data(self) -> dict[str, Any]:
         """The scheduler's why-pending record (``status_data["scheduler"]``)."""
