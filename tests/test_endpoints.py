@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -293,3 +294,46 @@ async def test_a_rolling_update_fails_no_request(server: Server, kernel_image: s
     assert versions[0] == "1" and versions[-1] == "2"
     assert "1" not in versions[versions.index("2") + len(versions) // 2 :]  # it moved on
     await api(server, "DELETE", "endpoints/roll")
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bai_jupyter.cli", "endpoint", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_the_command_line_and_the_magic_drive_an_endpoint(
+    server: Server, kernel_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    where = ["--url", server.url, "--token", ALICE]
+    request = tmp_path / "cli.json"
+    request.write_text(json.dumps(endpoint_request("cli", kernel_image)))
+    code, out, err = await cli("create", str(request), *where)
+    assert code == 0, err
+    assert "endpoint cli (" in out and f"{server.url}bai/endpoints/cli/" in out
+    await wait_until(server, "cli", ready(1))
+    code, out, _ = await cli("list", *where)
+    assert code == 0 and out.splitlines()[1].split()[:4] == ["cli", "ready", "1", "1"], out
+    change = tmp_path / "scale.json"
+    change.write_text(json.dumps({"scaling": {"min_replicas": 2}}))
+    code, out, _ = await cli("update", "cli", str(change), *where, "--json")
+    assert code == 0 and json.loads(out)["desired"] == 1  # the next round moves it
+    await wait_until(server, "cli", ready(2))
+    code, _, err = await cli("show", "nosuch", *where)
+    assert code == 1 and "not-found: no endpoint 'nosuch'" in err, err
+    monkeypatch.setenv("BAI_JUPYTER_URL", server.url)
+    monkeypatch.setenv("BAI_JUPYTER_TOKEN", ALICE)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "bai_jupyter")
+    with capture_output() as cap:
+        shell.run_line_magic("bai", "endpoints cli")
+    assert "2 ready of 2 wanted" in cap.stdout and "scaling is now 2 to 2" in cap.stdout, cap
+    code, out, _ = await cli("delete", "cli", *where)
+    assert code == 0 and "deleted endpoint cli" in out

@@ -25,6 +25,13 @@ from .proxy import ServiceUnreachable, SessionProxyHandler
 __all__ = ["EndpointHandler", "EndpointProxyHandler", "EndpointsHandler"]
 
 
+def endpoint_view(view: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """The API's view with its route as a path from this server's root (left as it is
+    when it came absolute from a manager elsewhere, which serves it)."""
+    url = str(view.get("url", ""))
+    return {**view, "url": url if url.startswith("/") else url_path_join(base_url, url)}
+
+
 class EndpointsHandler(BaiHandler):
     """The caller's endpoints (``?all=true``: everyone's, for an admin); create one."""
 
@@ -32,12 +39,14 @@ class EndpointsHandler(BaiHandler):
     @authorized
     async def get(self) -> None:
         everyone = self.get_argument("all", "false").lower() in ("1", "true", "yes")
-        self.write_json({"endpoints": await self.api.list_endpoints(everyone)})
+        found = await self.api.list_endpoints(everyone)
+        self.write_json({"endpoints": [endpoint_view(v, self.base_url) for v in found]})
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        self.write_json(await self.api.create_endpoint(self.json_body()), status=201)
+        made = await self.api.create_endpoint(self.json_body())
+        self.write_json(endpoint_view(made, self.base_url), status=201)
 
 
 class EndpointHandler(BaiHandler):
@@ -46,17 +55,18 @@ class EndpointHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        self.write_json(await self.api.get_endpoint(name))
+        self.write_json(endpoint_view(await self.api.get_endpoint(name), self.base_url))
 
     @web.authenticated
     @authorized
     async def patch(self, name: str) -> None:
-        self.write_json(await self.api.update_endpoint(name, self.json_body()))
+        changed = await self.api.update_endpoint(name, self.json_body())
+        self.write_json(endpoint_view(changed, self.base_url))
 
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
-        self.write_json(await self.api.delete_endpoint(name))
+        self.write_json(endpoint_view(await self.api.delete_endpoint(name), self.base_url))
 
 
 class EndpointProxyHandler(SessionProxyHandler):
