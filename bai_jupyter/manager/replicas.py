@@ -96,6 +96,7 @@ class ReplicaKeeper(LoggingConfigurable):
         self._proven: set[str] = set()
         self._ending: set[str] = set()
         self._checking: set[str] = set()
+        self._swept = False
         self._wake = asyncio.Event()
         #: Serializes changes of endpoint records (the API's and this loop's).
         self.lock = asyncio.Lock()
@@ -130,9 +131,10 @@ class ReplicaKeeper(LoggingConfigurable):
 
     async def round(self) -> None:
         endpoints = await self.core.query(lambda tx: tx.list_endpoints())
-        if not endpoints and not self._seen:
+        if not endpoints and not self._seen and self._swept:
             self.router.routes.clear()
             return
+        self._swept = True  # the first round looks for orphans even without endpoints
         replicas: dict[str, list[Session]] = {}
         live = await self.core.list_sessions(statuses=LIVE)
         for session in live:

@@ -112,7 +112,8 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
         ),
         "startup_command": SpecField(
             parse_command,
-            f"command run in main1; required for batch sessions (at most {MAX_COMMAND} characters)",
+            f"command run in main1: a batch session's task (required), an inference session's "
+            f"model server (at most {MAX_COMMAND} characters)",
             bound_text(MAX_COMMAND),
         ),
         "batch_timeout": SpecField(

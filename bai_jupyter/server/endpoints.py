@@ -77,6 +77,9 @@ class EndpointProxyHandler(SessionProxyHandler):
     their arguments are the session proxy's.
     """
 
+    #: A replica that does not accept within this is passed over for the next one.
+    connect_timeout = 3.0
+
     def initialize(self, app: Any) -> None:
         super().initialize(app)
         self.route: Route | None = None
