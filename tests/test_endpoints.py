@@ -8,7 +8,6 @@ and drives it with a load generator on loopback that retries nothing.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import sys
@@ -20,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from endpoint_harness import endpoint_request
 from test_server_harness import MULTI_USER, Server, end_all, start_server
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
 
-MODEL = Path(__file__).parent.parent / "examples" / "inference" / "model_server.py"
 ALICE = "alice-token"
 CONFIG = (
     MULTI_USER
@@ -35,24 +34,6 @@ c.ReplicaKeeper.interval = 0.5
 c.ReplicaKeeper.unhealthy_timeout = 3
 """
 )
-
-
-def model_command() -> str:
-    """The model server as a startup command (no file to mount: it travels encoded)."""
-    code = base64.b64encode(MODEL.read_bytes()).decode()
-    return f"exec python3 -c \"import base64; exec(base64.b64decode('{code}'))\""
-
-
-def endpoint_request(name: str, image: str, **extra: Any) -> dict[str, Any]:
-    replica = {
-        "image": image,
-        "resources": {"cpu": "0.25", "mem": "256m"},
-        "startup_command": model_command(),
-        "service_ports": ["model:http:8000"],
-        "env": {"MODEL_VERSION": "1"},
-    }
-    return {"name": name, "replica": replica, "health_path": "/health",
-            "health_interval": 1, **extra}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
