@@ -148,6 +148,9 @@ class SessionSpec:
     mounts: list[str] = field(default_factory=list)
     #: ``name:proto:port`` each (the request's JSON form); :attr:`services` parses them.
     service_ports: list[str] = field(default_factory=list)
+    #: A system session's SFTP login key (OpenSSH public key line); ``None``: a key pair
+    #: is made for the session and its private key handed to the owner.
+    ssh_public_key: str | None = None
 
     @property
     def services(self) -> list[ServicePort]:

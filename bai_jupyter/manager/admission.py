@@ -17,6 +17,7 @@ from ..store import NameConflict
 from .core import Core
 from .mount_check import ADMIN_MOUNTS, MountCheck
 from .policies import Policies
+from .sftp import check_agents
 
 
 class AdmissionSettings(Protocol):
@@ -87,6 +88,7 @@ class Admission:
         )
         if refusal is not None:
             raise Forbidden(refusal)
+        check_agents(spec, core.agents.values())
         await self._check_image(spec.image, spec.resource_group)
         any_path = admin and self.settings.admin_host_paths
         try:

@@ -17,6 +17,7 @@ from .openapi import openapi
 from .proxy import SessionProxyHandler
 from .scheduler import SchedulerHandler
 from .sessions import (
+    ActivityHandler,
     ExecHandler,
     InterruptHandler,
     KernelTokenHandler,
@@ -55,6 +56,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/exec", ExecHandler),
         (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
         (f"{API}/sessions/{_KEY}/services", ServicesHandler),
+        (f"{API}/sessions/{_KEY}/activity", ActivityHandler),
         (f"{API}/sessions/{_KEY}/kernelspec", AttachKernelspecHandler),
         (f"{API}/templates", TemplatesHandler),
         (f"{API}/templates/{_KEY}", TemplateHandler),

@@ -26,6 +26,7 @@ __all__ = [
     "argv_of",
     "child",
     "cmdline",
+    "cpu_seconds",
     "descendant_groups",
     "exit_code",
     "free_ports",
@@ -214,6 +215,28 @@ def read_process_table() -> list[Proc] | None:
                 (int(parts[0]), int(parts[1]), int(parts[2]), not parts[3].startswith("Z"))
             )
     return table
+
+
+def cpu_seconds(groups: set[int]) -> float | None:
+    """CPU time (user + system, their reaped children's included) of every process in
+    ``groups``, in seconds; None without a Linux /proc."""
+    if not _HAVE_PROC:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # After "pid (comm) ": state ppid pgrp … utime(11) stime cutime cstime(14).
+        fields = stat[stat.rfind(")") + 2 :].split()
+        with contextlib.suppress(IndexError, ValueError):
+            if int(fields[2]) in groups:
+                total += sum(int(f) for f in fields[11:15])
+    return total / ticks
 
 
 def descendant_groups(table: list[Proc] | None, root: int) -> set[int]:
