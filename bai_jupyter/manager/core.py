@@ -118,9 +118,15 @@ class Core:
         self._wake.set()
 
     async def woken(self, timeout: float) -> None:
-        """Wait for :meth:`wake` or ``timeout`` seconds, then clear the request."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        """Wait for :meth:`wake` or ``timeout`` seconds, then clear the request.
+
+        Not ``asyncio.wait_for``: before Python 3.12 it swallows a cancellation that
+        arrives as the wake-up does, and the loop would outlive the manager's stop."""
+        waiter = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
         self._wake.clear()
 
     # --- the store ----------------------------------------------------------------------------
