@@ -305,9 +305,11 @@ class DockerAgent(AgentBackend):
         def used(cid: str) -> float:
             try:
                 stats = api.stats(cid, stream=False, one_shot=True)
+                return float(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
             except docker.errors.NotFound:
                 return 0.0  # removed meanwhile
-            return float(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+            except (ValueError, KeyError, TypeError) as exc:  # stopping: an empty answer
+                raise AgentError(f"no CPU stats of {cid[:12]}: {exc}") from exc
 
         totals = await gather_all(
             [self.engine.call(f"cannot read stats of {c['Id'][:12]}", used, c["Id"]) for c in found]
