@@ -56,6 +56,9 @@ class _Settings(Protocol):
     @property
     def watchdog_interval(self) -> float: ...
 
+    @property
+    def hang_timeout(self) -> Mapping[str, Any]: ...
+
 
 class HangWatch:
     """Finds sessions past their state's limit, fails them, and removes their kernels."""
@@ -63,10 +66,14 @@ class HangWatch:
     def __init__(self, core: Core, settings: _Settings) -> None:
         self.core = core
         self.settings = settings
-        self.limits: dict[Status, float] = hang_limits({})
         #: Sessions forced out whose kernels are not removed yet (retried every check).
         self._unremoved: set[str] = set()
         self._removing: set[str] = set()
+
+    @property
+    def limits(self) -> dict[Status, float]:
+        """Seconds per state, as configured now (a change applies at the next check)."""
+        return hang_limits(self.settings.hang_timeout)
 
     def overdue(self, session: Session, now: float | None = None) -> bool:
         """Whether the session has been in a hang state longer than that state's limit."""
@@ -88,7 +95,8 @@ class HangWatch:
     async def check(self) -> None:
         """Force every overdue session out; ask again to remove what is still there."""
         now = time.time()
-        for session in await self.core.list_sessions(statuses=list(self.limits)):
+        limits = self.limits
+        for session in await self.core.list_sessions(statuses=list(limits)):
             if self.overdue(session, now):
                 await self.force(session)
         for session_id in self._unremoved - self._removing:
@@ -99,12 +107,14 @@ class HangWatch:
         """ERROR with ``hang-timeout`` (unless it moved on meanwhile), then remove it."""
         state = seen.status
 
+        limit = self.limits[state]
+
         def failing(s: Session) -> None:
             if s.status is not state or len(s.status_history) != len(seen.status_history):
                 raise IllegalTransition(f"session {s.id}", s.status, Status.ERROR)
             since = s.status_history[-1].at
             move(s, Status.ERROR, time.time(), HANG_TIMEOUT)
-            hang = {"state": state.value, "since": since, "limit": self.limits[state]}
+            hang = {"state": state.value, "since": since, "limit": limit}
             s.status_data = {**s.status_data, "hang": hang}
 
         try:
@@ -115,7 +125,7 @@ class HangWatch:
             "bai-jupyter: session %s hung in %s for more than %g s: ERROR (%s)",
             seen.id,
             state.value,
-            self.limits[state],
+            limit,
             HANG_TIMEOUT,
         )
         self._unremoved.add(seen.id)

@@ -148,7 +148,7 @@ class BaiSessionManager(LoggingConfigurable):
         help="Seconds a session may stay in each of PREPARING, PULLING, CREATING and "
         "TERMINATING before it is forced to ERROR (hang-timeout) and its kernels and "
         "networks are removed, e.g. {'CREATING': 600}; the states left out keep their "
-        "default (PULLING 1800, the others 300); 0: no limit.",
+        "default (PULLING 1800, the others 300); 0: no limit. Read at every check.",
     )
 
     def __init__(self, **kwargs: Any) -> None:
@@ -201,7 +201,7 @@ class BaiSessionManager(LoggingConfigurable):
         core.groups = load_groups(self.resource_groups)
         self.limits = Policies(self.policies)
         self.idle_settings = IdleSettings(self.resource_groups, self.limits)
-        self.hangs.limits = hang_limits(self.hang_timeout)
+        hang_limits(self.hang_timeout)  # a bad setting stops the start, with its message
         core.store = await asyncio.to_thread(Store, self.store_url)
         for agent in await self._make_agents():
             core.agents[agent.id] = agent
