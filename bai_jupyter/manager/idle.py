@@ -104,6 +104,8 @@ class IdleWatch:
         self.rules = rules
         self.cpu = CpuWindows()
         self._ending: set[str] = set()
+        #: When each system session's SFTP connections were last counted (monotonic).
+        self._probed: dict[str, float] = {}
 
     async def loop(self) -> None:
         """Check every ``watchdog_interval`` seconds; survive anything a check hits."""
@@ -123,6 +125,7 @@ class IdleWatch:
         live = {s.id for s in sessions}
         self.activity.prune(live)
         self.cpu.prune(live)
+        self._probed = {k: v for k, v in self._probed.items() if k in live}
         await asyncio.gather(
             *(self._session(s, settings.rules(s, groups.get(s.owner, []))) for s in sessions)
         )
@@ -130,9 +133,12 @@ class IdleWatch:
     async def _session(self, session: Session, rules: IdleRules) -> None:
         if not rules or session.id in self._ending:
             return
+        # What takes time first (the agents' answers); then decide on what is known now,
+        # so that activity noted meanwhile counts.
+        await self._watch_use(session, rules)
+        util = await self._utilization(session, rules) if rules.utilization else None
+        last, source = self._last_activity(session)
         deadlines: dict[str, dict[str, Any]] = {}
-        last, source = await self._last_activity(session, rules)
-        started = _started_at(session)
         if rules.idle_timeout:
             deadlines[IDLE_TIMEOUT] = {
                 "timeout": rules.idle_timeout,
@@ -141,27 +147,34 @@ class IdleWatch:
         if rules.session_lifetime:
             deadlines[SESSION_LIFETIME] = {
                 "timeout": rules.session_lifetime,
-                "deadline": started + rules.session_lifetime,
+                "deadline": _started_at(session) + rules.session_lifetime,
             }
-        if rules.utilization:
-            util = await self._utilization(session, rules)
-            if util is not None:
-                deadlines[UTILIZATION] = util
+        if util is not None:
+            deadlines[UTILIZATION] = util
         for name, entry in deadlines.items():
             entry["source"] = rules.sources.get(name)
-        await self._record(session, deadlines, last, source)
-        now = time.time()
         due = sorted((entry["deadline"], name) for name, entry in deadlines.items())
-        if due and due[0][0] <= now:
+        if due and due[0][0] <= time.time():
             self._ending.add(session.id)
             self.core.spawn(self._end(session.id, REASONS[due[0][1]]))
+        await self._record(session, deadlines, last, source)
 
-    async def _last_activity(self, session: Session, rules: IdleRules) -> tuple[float, str]:
-        """The latest of what this manager saw, what the store has, and the start."""
-        if rules.idle_timeout and session.spec.type is SessionType.INTERACTIVE:
+    async def _watch_use(self, session: Session, rules: IdleRules) -> None:
+        """Follow main1's kernel (interactive), probe open SFTP connections (system): at
+        most every quarter of the idle timeout (10 s at most), not at every check."""
+        if not rules.idle_timeout:
+            return
+        if session.spec.type is SessionType.INTERACTIVE:
             self.activity.follow_kernel(session)
-        if rules.idle_timeout and session.spec.type is SessionType.SYSTEM:
-            await self._probe_sftp(session)
+        elif session.spec.type is SessionType.SYSTEM:
+            every = max(self.settings.watchdog_interval, min(10.0, rules.idle_timeout / 4))
+            now = time.monotonic()
+            if now - self._probed.get(session.id, -every) >= every:
+                self._probed[session.id] = now
+                await self._probe_sftp(session)
+
+    def _last_activity(self, session: Session) -> tuple[float, str]:
+        """The latest of what this manager saw, what the store has, and the start."""
         record = session.status_data.get("idle") or {}
         candidates = [(_started_at(session), "start")]
         if record.get("last_activity") is not None:
