@@ -242,7 +242,11 @@ async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
     served = await bob.exec(web.id, ["sh", "-c", "python3 -m http.server 8000 >/dev/null 2>&1 &"])
     assert served.exit_code == 0
 
-    idle = await _idle(server, web.id)
+    for _ in range(100):  # the watch looks at it within its interval
+        idle = await _idle(server, web.id)
+        if idle:
+            break
+        await asyncio.sleep(0.1)
     assert idle["idle_timeout"]["timeout"] == IDLE_TIMEOUT
     assert idle["idle_timeout"]["source"] == "policies.users.bob"
     assert 0 < idle["idle_timeout"]["left"] <= IDLE_TIMEOUT
