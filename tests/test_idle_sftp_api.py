@@ -47,7 +47,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(kernel_image: str, root: Path) -> Iterator[Server]:
-    for tool in ("sftp", "ssh", "ssh-keygen"):
+    for tool in ("sftp", "scp", "ssh", "ssh-keygen"):
         if shutil.which(tool) is None:
             skip_or_fail(f"no {tool} (apt-get install openssh-client)")
     running = start_server(root, CONFIG)
@@ -140,6 +140,13 @@ async def test_sftp_reaches_only_the_owners_folders(
     listed = [line.lstrip("/") for line in out.splitlines() if not line.startswith("sftp>")]
     assert listed == ["data", "data"]  # its root holds the data folders; nothing above it
     assert (root / "folders" / "alice" / "data" / "upload.txt").read_text() == "sent over sftp\n"
+    (tmp_path / "copied.txt").write_text("sent by scp\n")  # scp speaks SFTP underneath
+    target = f"{sftp['user']}@{sftp['host']}:data/copied.txt"
+    code, out = await _run(
+        "scp", "-P", str(sftp["port"]), *options, f"{tmp_path}/copied.txt", target
+    )
+    assert code == 0, out
+    assert (root / "folders" / "alice" / "data" / "copied.txt").read_text() == "sent by scp\n"
 
     # Nothing of bob's, however it is named; no shell, no forwarding.
     for path in ("/../bob/private/secret.txt", "../../bob/private/secret.txt"):
