@@ -21,11 +21,13 @@ from conftest import skip_or_fail
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from test_server_harness import MULTI_USER, Server, end_all, start_server
+from traitlets.config import Config
 
-from bai_jupyter.errors import Conflict
+from bai_jupyter.errors import Conflict, InvalidRequest
+from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import SessionResult, Status
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 SMALL = {"cpu": "0.25", "mem": "128m"}
 IDLE_TIMEOUT = 6
@@ -102,6 +104,8 @@ def _sftp(sftp: dict[str, Any], options: list[str]) -> list[str]:
     return ["sftp", "-b", "-", "-P", str(sftp["port"]), *options, f"{sftp['user']}@{sftp['host']}"]
 
 
+@pytest.mark.docker
+@pytest.mark.slow
 async def test_sftp_reaches_only_the_owners_folders(
     server: Server, root: Path, tmp_path: Path
 ) -> None:
@@ -167,6 +171,8 @@ async def test_sftp_reaches_only_the_owners_folders(
     assert "sent over sftp" in await alice.logs(job.id)
 
 
+@pytest.mark.docker
+@pytest.mark.slow
 async def test_sftp_with_the_owners_own_key(server: Server, tmp_path: Path) -> None:
     alice = server.client("alice-token")
     bad = await server.fetch(
@@ -236,6 +242,8 @@ async def _used(server: Server, session_id: str, source: str, use: Use) -> None:
             await stop()
 
 
+@pytest.mark.docker
+@pytest.mark.slow
 async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -306,3 +314,19 @@ async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
         assert await _idle(server, made.id) == {}
     with pytest.raises(Conflict):
         await bob.touch(web.id)
+
+
+async def test_a_system_session_needs_an_agent_that_serves_sftp(tmp_path: Path) -> None:
+    """The local backend runs processes: it has no SFTP server to give, and says so."""
+    mgr = BaiSessionManager(
+        store_url=f"sqlite:///{tmp_path}/store.sqlite",
+        backend="local",
+        data_folders_root=str(tmp_path / "folders"),
+        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
+    )
+    await mgr.start()
+    try:
+        with pytest.raises(InvalidRequest, match="needs an agent that serves SFTP"):
+            await mgr.create({"type": "system", "mounts": ["data"]}, "alice")
+    finally:
+        await mgr.stop()

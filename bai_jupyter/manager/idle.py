@@ -53,6 +53,14 @@ class IdleSettings:
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
 
+    @property
+    def configured(self) -> bool:
+        """Whether any rule is set anywhere (else the watch has nothing to look at)."""
+        policies = [self.policies.default, *self.policies.groups.values()]
+        policies += list(self.policies.users.values())
+        keys = (IDLE_TIMEOUT, SESSION_LIFETIME, UTILIZATION)
+        return any(self.groups.values()) or any(k in entry for entry in policies for k in keys)
+
     def rules(self, session: Session, owner_groups: list[str]) -> IdleRules:
         """The owner's policy for each rule, else the group's; what the type is exempt
         from left out."""
@@ -118,10 +126,12 @@ class IdleWatch:
 
     async def check(self) -> None:
         """One look at every running session."""
+        settings = self.rules()
+        if not settings.configured:
+            return
         sessions = await self.core.list_sessions(statuses=ACTIVE)
         owners = {s.owner for s in sessions}
         groups = await self.core.query(lambda tx: tx.owner_groups(owners)) if owners else {}
-        settings = self.rules()
         live = {s.id for s in sessions}
         self.activity.prune(live)
         self.cpu.prune(live)
