@@ -15,11 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started_manager
 
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
@@ -59,17 +60,6 @@ def _manager(tmp_path: Path, **traits: Any) -> BaiSessionManager:
     )
 
 
-@contextlib.asynccontextmanager
-async def _started(mgr: BaiSessionManager) -> AsyncIterator[BaiSessionManager]:
-    await mgr.start()
-    try:
-        yield mgr
-    finally:
-        live = [s for s in await mgr.list_sessions() if not s.status.is_terminal]
-        await asyncio.gather(*(mgr.destroy(s.id) for s in live))
-        await mgr.stop()
-
-
 async def _gone(docker_engine: Any, session_id: str) -> None:
     """Wait until no container and no network of the session is left on the engine."""
     label = f"{LABEL_SESSION}={session_id}"
@@ -92,7 +82,7 @@ async def test_a_kernel_never_ready_is_forced_out_and_removed(
     tmp_path: Path, never_ready: str, docker_engine: Any
 ) -> None:
     mgr = _manager(tmp_path, hang_timeout={"CREATING": 2}, start_timeout=60)
-    async with _started(mgr):
+    async with started_manager(mgr):
         made = await mgr.create({"image": never_ready, "cluster_size": 2, "resources": SMALL}, "al")
         creating = await mgr.wait_for(made.id, {Status.CREATING}, timeout=60)
         assert creating.status is Status.CREATING
@@ -156,7 +146,7 @@ async def test_a_paused_engine_fails_starting_and_ending_sessions(
     relay = PausableEngine(tmp_path / "engine.sock", _engine_socket())
     agent = {"id": "paused", "endpoint": f"unix://{relay.path}", "slots": {"cpu": 2, "mem": "2g"}}
     mgr = _manager(tmp_path, agents=[agent], start_timeout=60)
-    async with relay, _started(mgr):
+    async with relay, started_manager(mgr):
         running = await mgr.create({"resources": SMALL}, "al")
         ready = await mgr.wait_for(running.id, {Status.RUNNING}, timeout=60)
         assert ready.status is Status.RUNNING
@@ -218,6 +208,6 @@ async def test_a_hang_from_before_a_restart_is_caught_at_start(
         await crashing.wait()
     assert docker_engine.containers.list(filters={"label": label})
     await asyncio.sleep(1.2)  # the hang outlasts the limit while no manager runs
-    async with _started(_manager(tmp_path, hang_timeout={"CREATING": 1})) as mgr:
+    async with started_manager(_manager(tmp_path, hang_timeout={"CREATING": 1})) as mgr:
         _hung(await mgr.get(session_id), Status.CREATING)  # decided while starting
         await _gone(docker_engine, session_id)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started_manager
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from traitlets.config import Config
 
@@ -54,13 +55,8 @@ async def manager(tmp_path: Path, backend: str) -> AsyncIterator[BaiSessionManag
         resource_groups={"default": {"idle": {"idle_timeout": IDLE_TIMEOUT}}},
         policies=POLICIES,
     )
-    await mgr.start()
-    try:
+    async with started_manager(mgr):
         yield mgr
-    finally:
-        live = [s for s in await mgr.list_sessions() if not s.status.is_terminal]
-        await asyncio.gather(*(mgr.destroy(s.id) for s in live))
-        await mgr.stop()
 
 
 async def _running(mgr: BaiSessionManager, session: Session) -> Session:

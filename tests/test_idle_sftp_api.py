@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import skip_or_fail
+from conftest import skip_or_fail, started_manager
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from test_server_harness import MULTI_USER, Server, end_all, start_server
@@ -318,15 +318,9 @@ async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
 
 async def test_a_system_session_needs_an_agent_that_serves_sftp(tmp_path: Path) -> None:
     """The local backend runs processes: it has no SFTP server to give, and says so."""
-    mgr = BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        backend="local",
-        data_folders_root=str(tmp_path / "folders"),
-        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
-    )
-    await mgr.start()
-    try:
+    local = Config({"LocalAgent": {"root": str(tmp_path / "kernels")}})
+    store = f"sqlite:///{tmp_path}/store.sqlite"
+    manager = BaiSessionManager(store_url=store, backend="local", config=local)
+    async with started_manager(manager) as mgr:
         with pytest.raises(InvalidRequest, match="needs an agent that serves SFTP"):
             await mgr.create({"type": "system", "mounts": ["data"]}, "alice")
-    finally:
-        await mgr.stop()

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -112,6 +112,18 @@ class Core:
         self.loops.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.log.error("bai-jupyter: background task failed", exc_info=task.exception())
+
+    async def every(
+        self, interval: Callable[[], float], step: Callable[[], Awaitable[None]], what: str
+    ) -> None:
+        """Run ``step`` every ``interval()`` seconds until cancelled; a step that fails is
+        logged and the loop goes on (a watchdog must survive what it meets)."""
+        while True:
+            await asyncio.sleep(max(interval(), 0.05))
+            try:
+                await step()
+            except Exception:
+                self.log.exception("bai-jupyter: %s failed", what)
 
     def wake(self) -> None:
         """Ask for a scheduling pass now."""

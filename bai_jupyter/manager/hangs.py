@@ -84,13 +84,8 @@ class HangWatch:
         return (time.time() if now is None else now) - since > limit
 
     async def loop(self) -> None:
-        """Check every ``watchdog_interval`` seconds; survive anything a check hits."""
-        while True:
-            await asyncio.sleep(max(self.settings.watchdog_interval, 0.05))
-            try:
-                await self.check()
-            except Exception:
-                self.core.log.exception("bai-jupyter: the hang check failed")
+        """Check every ``watchdog_interval`` seconds."""
+        await self.core.every(lambda: self.settings.watchdog_interval, self.check, "the hang check")
 
     async def check(self) -> None:
         """Force every overdue session out; ask again to remove what is still there."""

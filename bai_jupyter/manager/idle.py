@@ -116,13 +116,8 @@ class IdleWatch:
         self._probed: dict[str, float] = {}
 
     async def loop(self) -> None:
-        """Check every ``watchdog_interval`` seconds; survive anything a check hits."""
-        while True:
-            await asyncio.sleep(max(self.settings.watchdog_interval, 0.05))
-            try:
-                await self.check()
-            except Exception:
-                self.core.log.exception("bai-jupyter: the idle check failed")
+        """Check every ``watchdog_interval`` seconds."""
+        await self.core.every(lambda: self.settings.watchdog_interval, self.check, "the idle check")
 
     async def check(self) -> None:
         """One look at every running session."""

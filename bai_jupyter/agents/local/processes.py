@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ...model import ExecResult
@@ -182,21 +182,26 @@ async def process_table() -> list[Proc] | None:
     return await asyncio.to_thread(read_process_table)
 
 
+def _proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """Each process's pid and the fields of /proc/<pid>/stat after ``pid (comm)``:
+    state ppid pgrp … (comm may contain spaces and parentheses)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
 def read_process_table() -> list[Proc] | None:
     if _HAVE_PROC:
         table: list[Proc] = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-            fields = stat[stat.rfind(")") + 2 :].split()
+        for pid, fields in _proc_stats():
             with contextlib.suppress(IndexError, ValueError):
                 alive = fields[0] not in {"Z", "X"}
-                table.append((int(entry.name), int(fields[1]), int(fields[2]), alive))
+                table.append((pid, int(fields[1]), int(fields[2]), alive))
         return table
     try:
         out = subprocess.run(
@@ -224,15 +229,7 @@ def cpu_seconds(groups: set[int]) -> float | None:
         return None
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # After "pid (comm) ": state ppid pgrp … utime(11) stime cutime cstime(14).
-        fields = stat[stat.rfind(")") + 2 :].split()
+    for _, fields in _proc_stats():  # … pgrp(2) … utime(11) stime cutime cstime(14)
         with contextlib.suppress(IndexError, ValueError):
             if int(fields[2]) in groups:
                 total += sum(int(f) for f in fields[11:15])
