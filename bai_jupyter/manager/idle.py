@@ -89,9 +89,8 @@ def _started_at(session: Session) -> float:
 
 
 def _cores(session: Session) -> float:
-    """The CPU slots of all its kernels."""
-    per_kernel = session.spec.resources.get("cpu") or Decimal(0)
-    return float(per_kernel) * len(session.kernels)
+    """The CPU slots of all its kernels (with roles, each kernel's own)."""
+    return float(sum((k.slots.get("cpu") or Decimal(0) for k in session.kernels), Decimal(0)))
 
 
 class IdleWatch:

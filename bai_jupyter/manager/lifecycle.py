@@ -216,17 +216,18 @@ class Lifecycle:
                 "signature_scheme": "hmac-sha256",
                 "kernel_name": "python3",
             }
-        try:
-            trusted = bool(session.status_data.get(ADMIN_MOUNTS))
-            mounts: list[Mount] = self.mounts.resolve(
-                session.spec.mounts, session.owner, True, trusted
-            )
-        except ValueError as exc:  # the policy or a template changed since it was created
-            raise AgentError(f"mounts: {exc}") from exc
-        taken = [m.target for m in mounts]
+        trusted = bool(session.status_data.get(ADMIN_MOUNTS))
+        roles = {role.name: role for role in session.spec.cluster_roles()}
+        by_role: dict[str, list[Mount]] = {}
+        for name, role in roles.items():
+            try:
+                by_role[name] = self.mounts.resolve(role.mounts, session.owner, True, trusted)
+            except ValueError as exc:  # the policy or a template changed since it was made
+                raise AgentError(f"mounts: {exc}") from exc
+        taken = [m.target for mounts in by_role.values() for m in mounts]
         notebooks, work_dir = self.mounts.notebook_mount(session, agent, taken)
         if notebooks is not None:
-            mounts = [*mounts, notebooks]
+            by_role = {name: [*mounts, notebooks] for name, mounts in by_role.items()}
         hook = self.settings.kernel_env_hook
         extra_env = dict(hook(session.id, agent.id)) if hook is not None else {}
         scope = self.core.require_store().id
@@ -239,10 +240,10 @@ class Lifecycle:
                 kernel_id=kernel.id,
                 hostname=kernel.hostname,
                 role=kernel.role,
-                image=session.spec.image or self.settings.default_image,
+                image=roles[kernel.role_name].image or self.settings.default_image,
                 slots=kernel.slots.to_json(),
                 env={**extra_env, **kernel_environ(session, kernel)},
-                mounts=mounts,
+                mounts=by_role[kernel.role_name],
                 work_dir=work_dir,
                 labels=labels(session, kernel, scope),
                 bootstrap=bootstrap(
