@@ -133,9 +133,11 @@ class RemoteManager:
         query = {"connection": "true"} if connection else None
         return session_from_json(await self._call("GET", _path("sessions", key), query=query))
 
-    async def get_json(self, key: str) -> dict[str, Any]:
-        """A session as the API gives it, with its services' proxy URLs."""
-        data: dict[str, Any] = await self._call("GET", _path("sessions", key))
+    async def get_json(self, key: str, connection: bool = False) -> dict[str, Any]:
+        """A session as the API gives it, with its services' proxy URLs (``connection``:
+        with its kernels' keys and a system session's SFTP private key; owner only)."""
+        query = {"connection": "true"} if connection else None
+        data: dict[str, Any] = await self._call("GET", _path("sessions", key), query=query)
         return data
 
     async def add_service_port(self, key: str, service_port: str) -> Session:

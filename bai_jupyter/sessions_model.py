@@ -31,6 +31,7 @@ __all__ = [
     "build_request",
     "check_request",
     "kernels_summary",
+    "load_rows",
     "queue_positions",
     "why_pending",
 ]
@@ -309,3 +310,14 @@ def check_request(request: Mapping[str, Any], template: Template | None = None) 
     except (SpecError, ResourceError) as exc:
         return str(exc)
     return None
+
+
+async def load_rows(remote: RemoteManager, all_states: bool) -> list[SessionRow]:
+    """The sessions view as rows, with queue positions (``all_states``: ended ones too)."""
+    statuses = None if all_states else [s for s in Status if not s.is_terminal]
+    sessions, groups = await asyncio.gather(remote.list_sessions(statuses), remote.queue())
+    positions = queue_positions(groups)
+    rows = [SessionRow.from_json(session_to_json(s)) for s in sessions]
+    for row in rows:
+        row.queue_position = positions.get(row.id) if row.phase == "queued" else None
+    return rows

@@ -12,6 +12,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -314,6 +315,54 @@ async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
         assert await _idle(server, made.id) == {}
     with pytest.raises(Conflict):
         await bob.touch(web.id)
+
+
+async def _cli(server: Server, token: str, *args: str) -> tuple[int, str]:
+    """``bai-jupyter session …`` as a person runs it, against this server."""
+    where = ("--url", server.url, "--token", token)
+    return await _run(sys.executable, "-m", "bai_jupyter.cli", "session", *args, *where)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_the_command_line_makes_sessions_of_each_kind_and_an_sftp_login(
+    server: Server, root: Path, tmp_path: Path
+) -> None:
+    """A batch job to its result, a system session to its SFTP login files, then gone."""
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps({"type": "batch", "resources": SMALL, "startup_command": "echo cli-ran"})
+    )
+    code, out = await _cli(server, "alice-token", "create", str(job), "--wait")
+    assert code == 0 and " batch · SUCCESS (exit code 0) " in out, out
+    job_id = out.split()[1]
+    code, out = await _cli(server, "alice-token", "logs", job_id)
+    assert code == 0 and "cli-ran\n" in out, out
+
+    files = tmp_path / "files.json"
+    files.write_text(
+        json.dumps({"type": "system", "name": "cli-files", "mounts": ["data"], "resources": SMALL})
+    )
+    code, out = await _cli(server, "alice-token", "create", str(files), "--wait")
+    assert code == 0 and "system · RUNNING" in out and "sftp: sftp -P" in out, out
+    code, out = await _cli(server, "alice-token", "list")
+    assert code == 0 and "cli-files" in out and "RUNNING" in out, out
+    code, out = await _cli(server, "bob-token", "sftp", "cli-files", "--dir", str(tmp_path))
+    assert code == 1 and "not-found" in out and not (tmp_path / "cli-files.key").exists(), out
+    code, out = await _cli(server, "alice-token", "sftp", "cli-files", "--dir", str(tmp_path))
+    assert code == 0, out
+    key = tmp_path / "cli-files.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and "PRIVATE KEY" not in out
+    *options, login = out.split()  # sftp -P PORT -o UserKnownHostsFile=… -i KEY work@HOST
+    command = [*options, "-b", "-", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", login]
+    (tmp_path / "up.txt").write_text("via the command line\n")
+    code, out = await _run(*command, stdin=f"put {tmp_path}/up.txt data/cli-up.txt\n")
+    assert code == 0, out
+    assert (
+        root / "folders" / "alice" / "data" / "cli-up.txt"
+    ).read_text() == "via the command line\n"
+    code, out = await _cli(server, "alice-token", "delete", "cli-files")
+    assert code == 0 and "TERMINATED (user-requested)" in out, out
 
 
 async def test_a_system_session_needs_an_agent_that_serves_sftp(tmp_path: Path) -> None:

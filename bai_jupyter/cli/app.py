@@ -23,6 +23,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "bai_jupyter.service.app.ManagerService",
         "run the shared session manager service (a JupyterHub service, or alone)",
     ),
+    "session": (
+        "bai_jupyter.cli.session.SessionApp",
+        "create, list, show or delete sessions of every type; a system session's SFTP",
+    ),
     "simulate": (
         "bai_jupyter.cli.simulate.SimulateApp",
         "replay a session trace under a simulated clock",

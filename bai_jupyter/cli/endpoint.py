@@ -1,84 +1,29 @@
-"""``bai-jupyter endpoint …``: inference endpoints, through the REST API of a running server.
-
-An endpoint lives in the server (or manager service) that runs the session
-manager: its replicas are tended and its route served there. So these commands
-talk to that server over HTTP (never to a manager of their own): ``--url`` and
-``--token``, else ``BAI_JUPYTER_URL`` and ``BAI_JUPYTER_TOKEN``, else the newest
-Jupyter server running on this machine (as ``%bai`` finds it).
-"""
+"""``bai-jupyter endpoint …``: inference endpoints, through the REST API of a running server
+(see :mod:`.remote` for how the server is found)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
-from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urljoin
 
-from traitlets import Bool, Unicode
+from traitlets import Bool
 
-from ..client import RemoteManager, find_manager
 from ..endpoints.text import endpoint_text, endpoints_table
-from ..errors import BaiError, Unavailable
-from .base import ALIASES, FLAGS, BaiCommand, subcommand
+from .base import BaiCommand, subcommand
+from .remote import RemoteCommand, read_json, remote_options
 
-_ALIASES = {
-    **ALIASES,
-    "url": ("EndpointCommand.url", "The server's base URL (default: BAI_JUPYTER_URL, …)."),
-    "token": ("EndpointCommand.token", "Its API token (default: BAI_JUPYTER_TOKEN, …)."),
-}
-_JSON_FLAGS = {
-    **FLAGS,
-    "json": ({"EndpointCommand": {"as_json": True}}, "Print the API's JSON."),
-}
+_ALIASES, _JSON_FLAGS = remote_options("EndpointCommand")
 
 
-def _read_json(path: str) -> Any:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return json.loads(text)
-
-
-class EndpointCommand(BaiCommand):
-    """What the endpoint commands share: where the server is, and how to call it."""
+class EndpointCommand(RemoteCommand):
+    """What the endpoint commands share: the server's options and how an endpoint prints."""
 
     aliases = _ALIASES
     flags = _JSON_FLAGS
-    url = Unicode("", config=True, help="The server's base URL.")
-    token = Unicode("", config=True, help="Its API token.")
-    as_json = Bool(False, config=True, help="Print the API's JSON instead of a summary.")
-
-    _client: RemoteManager | None = None
-
-    def client(self) -> RemoteManager:
-        if self._client is None:
-            if self.url:
-                self._client = RemoteManager(self.url, self.token)
-            else:
-                try:
-                    self._client = find_manager()
-                except Unavailable as exc:
-                    self.usage_error(f"{exc.message}; or give --url and --token")
-                if self.token:
-                    self._client.token = self.token
-        return self._client
-
-    def call(self, work: Callable[[RemoteManager], Coroutine[Any, Any, Any]]) -> Any:
-        """Run one API call; a refusal is one line on stderr and exit status 1."""
-        client = self.client()
-        try:
-            return asyncio.run(work(client))
-        except BaiError as exc:
-            print(f"{self.name}: {exc.code}: {exc.message}", file=sys.stderr)
-            raise SystemExit(1) from None
-        except (OSError, ValueError) as exc:  # a file argument
-            print(f"{self.name}: {exc}", file=sys.stderr)
-            raise SystemExit(1) from None
 
     def show(self, view: dict[str, Any]) -> None:
         if self.as_json:
-            print(json.dumps(view, indent=2))
+            self.print_json(view)
         else:
             print(endpoint_text(view, urljoin(self.client().url, view["url"])))
 
@@ -94,7 +39,7 @@ class EndpointCreateApp(EndpointCommand):
 
     def run(self) -> int:
         body = self.extra_args[0]
-        self.show(self.call(lambda api: api.create_endpoint(_read_json(body))))
+        self.show(self.call(lambda api: api.create_endpoint(read_json(body))))
         return 0
 
 
@@ -111,7 +56,7 @@ class EndpointListApp(EndpointCommand):
     def run(self) -> int:
         found = self.call(lambda api: api.list_endpoints(self.everyone))
         if self.as_json:
-            print(json.dumps(found, indent=2))
+            self.print_json(found)
             return 0
         if not found:
             print("no endpoints: make one with `bai-jupyter endpoint create FILE.json`")
@@ -143,7 +88,7 @@ class EndpointUpdateApp(EndpointCommand):
 
     def run(self) -> int:
         name, body = self.extra_args
-        self.show(self.call(lambda api: api.update_endpoint(name, _read_json(body))))
+        self.show(self.call(lambda api: api.update_endpoint(name, read_json(body))))
         return 0
 
 

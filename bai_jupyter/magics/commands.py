@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -17,16 +16,21 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from ..client import RemoteManager
 from ..endpoints.text import endpoint_text, endpoints_table
 from ..errors import BaiError, InvalidRequest, Unavailable
-from ..model import Status
 from ..request import SpecError
-from ..sessions_model import SessionRow, queue_positions
-from ..text import format_table
+from ..sessions_model import SessionRow, load_rows
+from ..text import (
+    cluster_text,
+    env_cluster_text,
+    format_table,
+    ports_text,
+    service_url,
+    sessions_table,
+)
 from ..wire import session_to_json
 from .connect import _LOOP, find_manager, own_session
 from .ipython import argument, display, magic_arguments, parse_argstring, pretty
 from .on_hosts import run_on_hosts
 from .run import RunResult, batch_request, follow, progress_line, split_command
-from .text import cluster_text, env_cluster_text, ports_text, service_url, sessions_table
 
 __all__ = ["BaiMagics", "command_help", "overview"]
 
@@ -96,7 +100,7 @@ class BaiMagics(Magics):
             session = _LOOP.run(remote.get_json(session_id))
             print(cluster_text(remote, session))
             return
-        rows = _LOOP.run(_load_rows(remote, all_states=False))
+        rows = _LOOP.run(load_rows(remote, all_states=False))
         pending = sum(r.phase == "queued" for r in rows)
         print(f"{len(rows)} live session(s), {pending} pending\n{sessions_table(rows)}")
 
@@ -112,7 +116,7 @@ class BaiMagics(Magics):
 
             display(live_view(SessionsView(remote, _LOOP, all_states=args.all_states)))
             return
-        print(sessions_table(_LOOP.run(_load_rows(remote, args.all_states))))
+        print(sessions_table(_LOOP.run(load_rows(remote, args.all_states))))
 
     @magic_arguments("bai run")
     @argument("--image", metavar="I", help="kernel image (default: the server's)")
@@ -291,16 +295,6 @@ def _session_arg(given: str | None, command: str) -> str:
     if key is None:
         raise UsageError(f"%bai {command}: give a session id or name (this kernel is in none)")
     return key
-
-
-async def _load_rows(remote: RemoteManager, all_states: bool) -> list[SessionRow]:
-    statuses = None if all_states else [s for s in Status if not s.is_terminal]
-    sessions, groups = await asyncio.gather(remote.list_sessions(statuses), remote.queue())
-    positions = queue_positions(groups)
-    rows = [SessionRow.from_json(session_to_json(s)) for s in sessions]
-    for row in rows:
-        row.queue_position = positions.get(row.id) if row.phase == "queued" else None
-    return rows
 
 
 def command_help(command: str) -> str:
