@@ -7,6 +7,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { EndpointJSON, EndpointUpdate } from './endpoints';
 import type {
   AgentJSON,
   SchedulerJSON,
@@ -49,7 +50,10 @@ export class BaiClient {
     return search === '?' ? base : base + search;
   }
 
-  /** A page of the server (a service-port link `/bai/sessions/…/proxy/web/`) as a full URL. */
+  /**
+   * A page of the server as a full URL: a service-port link (`/bai/sessions/…/proxy/web/`)
+   * or an endpoint's route (`/bai/endpoints/echo/`), as the API gives them.
+   */
   pageUrl(path: string): string {
     return new URL(path, this.settings.baseUrl).toString();
   }
@@ -133,6 +137,26 @@ export class BaiClient {
 
   async templates(): Promise<TemplateJSON[]> {
     return (await this.call<{ templates: TemplateJSON[] }>('GET', 'templates')).templates;
+  }
+
+  /** The caller's inference endpoints (`all`: everyone's, for an admin). */
+  async endpoints(all = false): Promise<EndpointJSON[]> {
+    const query: Record<string, string> = all ? { all: 'true' } : {};
+    return (await this.call<{ endpoints: EndpointJSON[] }>('GET', 'endpoints', query)).endpoints;
+  }
+
+  endpoint(name: string): Promise<EndpointJSON> {
+    return this.call('GET', `endpoints/${encodeURIComponent(name)}`);
+  }
+
+  /** Change an endpoint's settings (`{"scaling": {"max_replicas": 8}}`); its new view. */
+  updateEndpoint(name: string, change: EndpointUpdate): Promise<EndpointJSON> {
+    return this.call('PATCH', `endpoints/${encodeURIComponent(name)}`, {}, change);
+  }
+
+  /** Delete an endpoint: its route goes, its replicas end. */
+  deleteEndpoint(name: string): Promise<EndpointJSON> {
+    return this.call('DELETE', `endpoints/${encodeURIComponent(name)}`);
   }
 
   /**

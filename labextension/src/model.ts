@@ -2,6 +2,7 @@
  * What the views show, folded from API replies and the event stream. No DOM,
  * no JupyterLab: plain data and functions, unit-tested on their own.
  */
+import type { EndpointJSON } from './endpoints';
 
 // --- the API's shapes (docs/api.md) -----------------------------------------------------------
 
@@ -354,13 +355,15 @@ export interface Folded {
 }
 
 /**
- * The caller's sessions, the queue and the agents, kept current by full API
+ * The caller's sessions, endpoints, the queue and the agents, kept current by full API
  * replies (`load…`) and by events (`fold`). Listeners run after every change.
  */
 export class BaiState {
   readonly sessions = new Map<string, SessionJSON>();
   scheduler: SchedulerJSON | null = null;
   agents: AgentJSON[] = [];
+  /** The user's inference endpoints, by name. */
+  endpoints: EndpointJSON[] = [];
   /** JupyterLab's running kernels: their id, kernelspec and the notebook using each. */
   kernels: JupyterKernel[] = [];
   /** Set when the event stream is down (shown to the user), null while it is live. */
@@ -400,6 +403,16 @@ export class BaiState {
   loadAgents(agents: AgentJSON[]): void {
     this.agents = agents;
     this.changed();
+  }
+
+  loadEndpoints(endpoints: EndpointJSON[]): void {
+    this.endpoints = [...endpoints].sort((a, b) => a.name.localeCompare(b.name));
+    this.changed();
+  }
+
+  /** One endpoint as the API gives it (after a change): replaces what the state had. */
+  loadEndpoint(endpoint: EndpointJSON): void {
+    this.loadEndpoints([...this.endpoints.filter(e => e.name !== endpoint.name), endpoint]);
   }
 
   /** Apply an event's status and kernel states at once (the full record follows). */
