@@ -81,6 +81,11 @@ class SessionsAPI(Protocol):
         """Declare ``name:proto:port`` on a running session's main1 (for the proxy)."""
         ...
 
+    async def touch(self, key: str, source: str = "api") -> None:
+        """Note that the session is in use now (resets its idle_timeout); ``source`` says
+        what used it (``execute``, ``proxy``, ``api`` …). Conflict unless it is running."""
+        ...
+
     async def revoke_kernel_tokens(self, key: str) -> float:
         """Make the session's kernel tokens issued so far stop working; when (epoch s)."""
         ...

@@ -178,6 +178,10 @@ class RemoteManager:
         reply = await self._call("POST", _path("sessions", key, "exec"), body)
         return ExecResult(int(reply["exit_code"]), str(reply["output"]))
 
+    async def touch(self, key: str, source: str = "api") -> None:
+        """Note that the session is in use now (resets its idle_timeout)."""
+        await self._call("POST", _path("sessions", key, "activity"), {"source": source})
+
     async def revoke_kernel_tokens(self, key: str) -> float:
         """Make the session's kernel tokens issued so far stop working; when (epoch s)."""
         reply = await self._call("DELETE", _path("sessions", key, "kernel-token"))

@@ -36,27 +36,29 @@ class SSHKeys:
     host_public_key: str
 
 
-def generate_ssh_keys() -> SSHKeys:
-    """Fresh ed25519 keys for a session's passwordless SSH."""
+def ed25519_pair(comment: str) -> tuple[str, str]:
+    """A fresh ed25519 key pair in OpenSSH text form: (private key, public key line)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    def pair(comment: str) -> tuple[str, str]:
-        key = Ed25519PrivateKey.generate()
-        private = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        ).decode()
-        public = (
-            key.public_key()
-            .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-            .decode()
-        )
-        return private, f"{public} {comment}\n"
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
+    return private, f"{public} {comment}\n"
 
-    user_private, user_public = pair("bai-jupyter-session")
-    host_private, host_public = pair("bai-jupyter-host")
+
+def generate_ssh_keys() -> SSHKeys:
+    """Fresh ed25519 keys for a session's passwordless SSH."""
+    user_private, user_public = ed25519_pair("bai-jupyter-session")
+    host_private, host_public = ed25519_pair("bai-jupyter-host")
     return SSHKeys(user_private, user_public, host_private, host_public)
 
 
@@ -78,6 +80,9 @@ class KernelPlan:
     #: The kernel's working directory (a path inside the kernel, under a mount's target);
     #: ``None``: ``WORK_DIR``. The notebook's own folder when the notebook dir is mounted.
     work_dir: str | None = None
+    #: What the manager keeps for the session's owner and never hands to the kernel (the
+    #: private key of a system session's SFTP key pair); agents ignore it.
+    private: dict[str, Any] = field(default_factory=dict)
 
 
 def kernel_environ(session: Session, kernel: Kernel) -> dict[str, str]:
@@ -119,8 +124,10 @@ def bootstrap(
     kernel: Kernel,
     keys: SSHKeys | None,
     connection: dict[str, Any] | None,
+    sftp: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The runtime's instructions for one kernel (see ``bai_jupyter/runtime``)."""
+    """The runtime's instructions for one kernel (see ``bai_jupyter/runtime``); ``sftp``:
+    a system session's SFTP server (port, user, authorized keys, host key)."""
     spec = session.spec
     is_main = kernel.role is KernelRole.MAIN
     if not is_main:
@@ -129,10 +136,12 @@ def bootstrap(
         mode = "batch"
     elif spec.type is SessionType.INTERACTIVE:
         mode = "kernel"
+    elif spec.type is SessionType.SYSTEM:
+        mode = "sftp"
     elif spec.type is SessionType.INFERENCE and (spec.startup_command or "").strip():
         mode = "serve"  # the model server
     else:
-        mode = "wait"  # system, and inference with services from the image only
+        mode = "wait"  # inference with services from the image only
     return {
         "mode": mode,
         "hostname": kernel.hostname,
@@ -142,6 +151,7 @@ def bootstrap(
         "batch_timeout": spec.batch_timeout if is_main else None,
         "service_ports": list(spec.service_ports) if is_main else [],
         "connection": connection if mode == "kernel" else None,
+        "sftp": sftp if mode == "sftp" else None,
         "ssh": None
         if keys is None
         else {

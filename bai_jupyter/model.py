@@ -184,6 +184,9 @@ class SessionSpec:
     service_ports: list[str] = field(default_factory=list)
     #: The cluster's roles (``main`` and others); empty: main1 and ``sub`` kernels.
     roles: list[RoleSpec] = field(default_factory=list)
+    #: A system session's SFTP login key (OpenSSH public key line); ``None``: a key pair
+    #: is made for the session and its private key handed to the owner.
+    ssh_public_key: str | None = None
 
     @property
     def services(self) -> list[ServicePort]:

@@ -12,7 +12,7 @@ import functools
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -139,3 +139,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     with postgres_database(request.getfixturevalue("postgres_server")) as url:
         yield url
+
+
+# --- a manager whose sessions are all gone afterwards ---------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def started_manager(mgr: Any) -> AsyncIterator[Any]:
+    """``mgr`` (a ``BaiSessionManager``) started; afterwards every session it still runs is
+    ended, whatever happened, and it stops."""
+    await mgr.start()
+    try:
+        yield mgr
+    finally:
+        live = [s for s in await mgr.list_sessions() if not s.status.is_terminal]
+        await asyncio.gather(*(mgr.destroy(s.id) for s in live))
+        await mgr.stop()

@@ -8,7 +8,6 @@ and drives it with a load generator on loopback that retries nothing.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import sys
@@ -20,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from endpoint_harness import endpoint_request
 from test_server_harness import MULTI_USER, Server, end_all, start_server
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
 
-MODEL = Path(__file__).parent.parent / "examples" / "inference" / "model_server.py"
 ALICE = "alice-token"
 CONFIG = (
     MULTI_USER
@@ -35,24 +34,6 @@ c.ReplicaKeeper.interval = 0.5
 c.ReplicaKeeper.unhealthy_timeout = 3
 """
 )
-
-
-def model_command() -> str:
-    """The model server as a startup command (no file to mount: it travels encoded)."""
-    code = base64.b64encode(MODEL.read_bytes()).decode()
-    return f"exec python3 -c \"import base64; exec(base64.b64decode('{code}'))\""
-
-
-def endpoint_request(name: str, image: str, **extra: Any) -> dict[str, Any]:
-    replica = {
-        "image": image,
-        "resources": {"cpu": "0.25", "mem": "256m"},
-        "startup_command": model_command(),
-        "service_ports": ["model:http:8000"],
-        "env": {"MODEL_VERSION": "1"},
-    }
-    return {"name": name, "replica": replica, "health_path": "/health",
-            "health_interval": 1, **extra}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +104,18 @@ def ready(count: int, generation: int | None = None) -> Callable[[dict[str, Any]
     return test
 
 
+def replaced(gone: str) -> Callable[[dict[str, Any]], bool]:
+    """Two ready replicas again, ``gone`` not among them."""
+    return lambda v: ready(2)(v) and gone not in {r["session_id"] for r in v["replicas"]}
+
+
+async def two_ready(server: Server, request: dict[str, Any]) -> dict[str, Any]:
+    """Create the endpoint with two replicas; its view once both are ready."""
+    body = {**request, "scaling": {"min_replicas": 2, "max_replicas": 2}}
+    await api(server, "POST", "endpoints", body)
+    return await wait_until(server, request["name"], ready(2))
+
+
 @dataclass
 class LoadGenerator:
     """Workers that each send one request after the other, and retry nothing."""
@@ -161,9 +154,7 @@ class LoadGenerator:
 async def test_an_endpoint_routes_round_robin_and_only_for_its_owner(
     server: Server, kernel_image: str
 ) -> None:
-    scaling = {"min_replicas": 2, "max_replicas": 2}
-    await api(server, "POST", "endpoints", endpoint_request("rr", kernel_image, scaling=scaling))
-    view = await wait_until(server, "rr", ready(2))
+    view = await two_ready(server, endpoint_request("rr", kernel_image))
     replicas = {r["session_id"] for r in view["replicas"]}
     seen = []
     for _ in range(8):
@@ -211,6 +202,7 @@ async def test_load_adds_replicas_and_quiet_removes_them(server: Server, kernel_
     load = LoadGenerator(server, "up", workers=6)
     async with load.running():
         view = await wait_until(server, "up", ready(3))
+        await asyncio.sleep(1)  # the third one answers its share too
     assert view["desired"] == 3
     assert load.failures() == [], load.failures()[:5]
     assert len({r[2]["replica"] for r in load.results[-30:]}) == 3  # all three answer
@@ -224,20 +216,14 @@ async def test_load_adds_replicas_and_quiet_removes_them(server: Server, kernel_
 async def test_a_killed_replica_costs_only_its_requests_in_flight(
     server: Server, kernel_image: str
 ) -> None:
-    scaling = {"min_replicas": 2, "max_replicas": 2}
-    await api(server, "POST", "endpoints", endpoint_request("kill", kernel_image, scaling=scaling))
-    view = await wait_until(server, "kill", ready(2))
+    view = await two_ready(server, endpoint_request("kill", kernel_image))
     victim = view["replicas"][0]["session_id"]
     load = LoadGenerator(server, "kill", workers=4)
     async with load.running():
         await asyncio.sleep(2)
         killed_at = time.monotonic()
         await docker("kill", f"bai-{victim[:12]}-main1")
-        view = await wait_until(
-            server,
-            "kill",
-            lambda v: ready(2)(v) and victim not in {r["session_id"] for r in v["replicas"]},
-        )
+        view = await wait_until(server, "kill", replaced(victim))
         await asyncio.sleep(2)
     failed = load.failures(killed_at - 1)
     # Each worker has one request in flight: at most those on the victim fail (about half).
@@ -250,9 +236,7 @@ async def test_a_killed_replica_costs_only_its_requests_in_flight(
 async def test_an_unhealthy_replica_is_taken_out_then_replaced(
     server: Server, kernel_image: str
 ) -> None:
-    scaling = {"min_replicas": 2, "max_replicas": 2}
-    await api(server, "POST", "endpoints", endpoint_request("sick", kernel_image, scaling=scaling))
-    view = await wait_until(server, "sick", ready(2))
+    view = await two_ready(server, endpoint_request("sick", kernel_image))
     sick = view["replicas"][0]["session_id"]
     await docker("exec", f"bai-{sick[:12]}-main1", "touch", "/tmp/sick")
     await wait_until(
@@ -266,21 +250,15 @@ async def test_an_unhealthy_replica_is_taken_out_then_replaced(
         await asyncio.sleep(1)
     assert load.failures() == []
     assert sick not in {r[2]["replica"] for r in load.results}  # out of rotation
-    view = await wait_until(
-        server,
-        "sick",
-        lambda v: ready(2)(v) and sick not in {r["session_id"] for r in v["replicas"]},
-    )
+    view = await wait_until(server, "sick", replaced(sick))
     session = await api(server, "GET", f"sessions/{sick}")
     assert session["status_info"] == "endpoint-unhealthy", session["status_info"]
     await api(server, "DELETE", "endpoints/sick")
 
 
 async def test_a_rolling_update_fails_no_request(server: Server, kernel_image: str) -> None:
-    scaling = {"min_replicas": 2, "max_replicas": 2}
-    request = endpoint_request("roll", kernel_image, scaling=scaling)
-    await api(server, "POST", "endpoints", request)
-    await wait_until(server, "roll", ready(2))
+    request = endpoint_request("roll", kernel_image)
+    await two_ready(server, request)
     load = LoadGenerator(server, "roll", workers=4)
     async with load.running():
         await asyncio.sleep(1)

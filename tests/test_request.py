@@ -146,6 +146,14 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"type": "batch"}, "startup_command", "required when type is batch"),
     ({"type": "batch", "startup_command": "  "}, "startup_command", "required"),
     ({"batch_timeout": 5}, "batch_timeout", "only allowed when type is batch"),
+    (
+        {"ssh_public_key": "ssh-ed25519 AAAA x"},
+        "ssh_public_key",
+        "only allowed when type is system",
+    ),
+    ({"type": "system", "ssh_public_key": "AAAA"}, "ssh_public_key", "OpenSSH public key"),
+    ({"type": "system", "ssh_public_key": "ssh-ed25519 AAAA\nssh-rsa B"}, "ssh_public_key", "one"),
+    ({"type": "system", "cluster_size": 2}, "cluster_size", "system (SFTP) session has one"),
 ]
 
 

@@ -94,6 +94,9 @@ class KernelStarted:
     #: Host-side address of the kernel's Jupyter ports / service ports, if any.
     host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=dict)
+    #: Ports published for people rather than for the manager: name → (host, port), e.g.
+    #: a system session's ``sftp``.
+    published: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,8 @@ class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
     backend: ClassVar[str] = ""
     #: Whether this agent's kernels run sshd and reach each other (clusters get SSH keys).
     ssh: ClassVar[bool] = False
+    #: Whether it runs system sessions: an SFTP server in main1, its port published.
+    sftp: ClassVar[bool] = False
     #: Where ``backend = "auto"`` tries it, lowest first; ``None``: only when named.
     auto_rank: ClassVar[int | None] = None
     #: Why it cannot run kernels when :meth:`available` says no (for the log and errors).
@@ -307,6 +312,11 @@ class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
     @abc.abstractmethod
     async def live_kernels(self) -> list[LiveKernel]:
         """Every kernel of ours this agent has, running or not."""
+
+    async def cpu_seconds(self, session_id: str) -> float | None:
+        """CPU time the session's kernels here have used so far, in seconds (for the
+        utilization rule); ``None`` where this backend cannot tell."""
+        return None
 
     # --- events and closing --------------------------------------------------------------------
 

@@ -71,6 +71,12 @@ def cluster_text(remote: RemoteManager, session: Mapping[str, Any]) -> str:
     )
     if row.why_pending:
         head += f"\nqueued #{row.queue_position or '?'}: {row.why_pending}"
+    idle = idle_text(session.get("idle") or {})
+    if idle:
+        head += f"\n{idle}"
+    sftp = session.get("sftp")
+    if sftp:
+        head += f"\nsftp: {sftp['command']} (the key: GET sessions/{row.id}?connection=true)"
     kernels = format_table(
         ("HOST", "ROLE", "STATUS", "RESOURCES"),
         [
@@ -79,6 +85,45 @@ def cluster_text(remote: RemoteManager, session: Mapping[str, Any]) -> str:
         ],
     )
     return f"{head}\n\n{kernels}\n\n{ports_text(remote, session)}"
+
+
+def duration_text(seconds: float) -> str:
+    """``45 s``, ``9 min 58 s``, ``3 h 5 min``, ``2 d 4 h``: the two largest units."""
+    left = max(0, round(seconds))
+    units = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+    parts: list[str] = []
+    for name, size in units:
+        if left >= size or (name == "s" and not parts):
+            parts.append(f"{left // size} {name}")
+            left %= size
+        if len(parts) == 2 or (parts and left == 0):
+            break
+    return " ".join(parts)
+
+
+def idle_text(idle: Mapping[str, Any]) -> str | None:
+    """When each idle rule ends the session if nothing happens: ``ends when idle for 9 min
+    58 s more (idle_timeout 10 min) · in 23 h 59 min at most (session_lifetime 1 d)``."""
+    parts: list[str] = []
+    rule = idle.get("idle_timeout")
+    if rule and rule.get("left") is not None:
+        parts.append(
+            f"idle for {duration_text(rule['left'])} more ends it "
+            f"(idle_timeout {duration_text(rule['timeout'])})"
+        )
+    rule = idle.get("utilization")
+    if rule and rule.get("left") is not None:
+        parts.append(
+            f"CPU below {rule['cpu_percent']:g} % ends it in {duration_text(rule['left'])} "
+            f"(now {rule.get('cpu_used', 0):g} % over {duration_text(rule['window'])})"
+        )
+    rule = idle.get("session_lifetime")
+    if rule and rule.get("left") is not None:
+        parts.append(
+            f"ends in {duration_text(rule['left'])} at most "
+            f"(session_lifetime {duration_text(rule['timeout'])})"
+        )
+    return "idle rules: " + " · ".join(parts) if parts else None
 
 
 def env_cluster_text() -> str:

@@ -17,6 +17,7 @@ from ..store import NameConflict
 from .core import Core
 from .mount_check import ADMIN_MOUNTS, MountCheck
 from .policies import Policies
+from .sftp import check_agents
 
 
 class AdmissionSettings(Protocol):
@@ -92,6 +93,8 @@ class Admission:
             refusal = limits.refuse(image, spec.resource_group, pending)
             if refusal is not None:
                 raise Forbidden(refusal)
+        check_agents(spec, core.agents.values())
+        for image in spec.images:
             await self._check_image(image, spec.resource_group)
         any_path = admin and self.settings.admin_host_paths
         for role in spec.cluster_roles():

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -113,14 +113,32 @@ class Core:
         if not task.cancelled() and task.exception() is not None:
             self.log.error("bai-jupyter: background task failed", exc_info=task.exception())
 
+    async def every(
+        self, interval: Callable[[], float], step: Callable[[], Awaitable[None]], what: str
+    ) -> None:
+        """Run ``step`` every ``interval()`` seconds until cancelled; a step that fails is
+        logged and the loop goes on (a watchdog must survive what it meets)."""
+        while True:
+            await asyncio.sleep(max(interval(), 0.05))
+            try:
+                await step()
+            except Exception:
+                self.log.exception("bai-jupyter: %s failed", what)
+
     def wake(self) -> None:
         """Ask for a scheduling pass now."""
         self._wake.set()
 
     async def woken(self, timeout: float) -> None:
-        """Wait for :meth:`wake` or ``timeout`` seconds, then clear the request."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        """Wait for :meth:`wake` or ``timeout`` seconds, then clear the request.
+
+        Not ``asyncio.wait_for``: before Python 3.12 it swallows a cancellation that
+        arrives as the wake-up does, and the loop would outlive the manager's stop."""
+        waiter = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
         self._wake.clear()
 
     # --- the store ----------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from ..runtime.protocol import READY_LINE
 from ..store import Transaction
 from .core import Core, Settings, move
 from .mount_check import ADMIN_MOUNTS, MountCheck
+from .sftp import record as sftp_record
+from .sftp import sftp_setup
 
 __all__ = ["Lifecycle"]
 
@@ -84,7 +86,14 @@ class Lifecycle:
                 except AgentError as exc:
                     self.core.log.warning("bai-jupyter: removing %s: %s", session.id, exc)
         if session.status is not final:
-            session = await self.core.transition(session.id, final, info)
+
+            def ending(s: Session) -> None:
+                # Forced to ERROR meanwhile (a hang-timeout while it was being removed):
+                # that is how it ended.
+                if not s.status.is_terminal:
+                    move(s, final, time.time(), info)
+
+            session = await self.core.edit(session.id, ending)
         self.core.wake()
         return session
 
@@ -222,6 +231,9 @@ class Lifecycle:
         hook = self.settings.kernel_env_hook
         extra_env = dict(hook(session.id, agent.id)) if hook is not None else {}
         scope = self.core.require_store().id
+        sftp, kept = (None, None)
+        if session.spec.type is SessionType.SYSTEM:
+            sftp, kept = sftp_setup(session)
         return [
             KernelPlan(
                 session_id=session.id,
@@ -235,8 +247,13 @@ class Lifecycle:
                 work_dir=work_dir,
                 labels=labels(session, kernel, scope),
                 bootstrap=bootstrap(
-                    session, kernel, keys, connection if kernel.role is KernelRole.MAIN else None
+                    session,
+                    kernel,
+                    keys,
+                    connection if kernel.role is KernelRole.MAIN else None,
+                    sftp if kernel.role is KernelRole.MAIN else None,
                 ),
+                private={"sftp": kept} if kept and kernel.role is KernelRole.MAIN else {},
             )
             for kernel in session.kernels
         ]
@@ -253,4 +270,7 @@ def _running(session: Session, started: list[KernelStarted], plans: list[KernelP
         conn = plan_by_id[kernel.id].bootstrap.get("connection")
         if conn and "shell" in done.ports:
             kernel.info["connection"] = kernel_connection(conn, done.host, done.ports)
+        sftp = sftp_record(plan_by_id[kernel.id], done)
+        if sftp is not None:
+            kernel.info["sftp"] = sftp
     move(session, Status.RUNNING, time.time())

@@ -29,9 +29,12 @@ from ..resources import ResourceSlot
 from ..runtime.protocol import DEFAULT_IMAGE
 from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
+from .activity import Activity
 from .admission import Admission
-from .core import Core, find_kernel
+from .core import ACTIVE, Core, find_kernel
 from .endpoints import Endpoints
+from .hangs import HangWatch, hang_limits
+from .idle import IdleSettings, IdleWatch
 from .lifecycle import Lifecycle
 from .mount_check import MountCheck
 from .policies import Policies
@@ -106,7 +109,9 @@ class BaiSessionManager(LoggingConfigurable):
         help="Per-user and per-group limits: {'default': {...}, 'groups': {NAME: {...}}, "
         "'users': {NAME: {...}}}, each entry with any of max_concurrent_sessions, "
         "max_resources ({slot: amount}), max_pending, allowed_resource_groups, "
-        "allowed_images (patterns). A user's own entry wins, else the most generous of "
+        "allowed_images (patterns), and the idle rules idle_timeout, session_lifetime "
+        "(seconds, 0: off) and utilization ({'cpu_percent', 'window'}, 0: off), which win "
+        "over a resource group's `idle`. A user's own entry wins, else the most generous of "
         "their groups', else default. Groups are a JupyterHub's (see docs/jupyterhub.md).",
     )
     admin_host_paths = Bool(
@@ -132,6 +137,21 @@ class BaiSessionManager(LoggingConfigurable):
     log_limit = Int(
         1 << 20, config=True, help="Characters of each kernel's log kept after it ends."
     )
+    watchdog_interval = Float(
+        5.0,
+        config=True,
+        help="Seconds between looks at running sessions' idle rules (activity, CPU use, "
+        "lifetime) and at sessions stuck starting or ending (hang_timeout). The time left "
+        "shown by the API is as fresh as this.",
+    )
+    hang_timeout = Dict(
+        {},
+        config=True,
+        help="Seconds a session may stay in each of PREPARING, PULLING, CREATING and "
+        "TERMINATING before it is forced to ERROR (hang-timeout) and its kernels and "
+        "networks are removed, e.g. {'CREATING': 600}; the states left out keep their "
+        "default (PULLING 1800, the others 300); 0: no limit. Read at every check.",
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -146,8 +166,14 @@ class BaiSessionManager(LoggingConfigurable):
         self.mounts = MountCheck(self.core, self)
         self.lifecycle = Lifecycle(self.core, self, self.mounts)
         self.watcher = KernelWatcher(self.core, self, self.lifecycle)
-        self.reconciler = Reconciler(self.core, self, self.lifecycle)
+        self.hangs = HangWatch(self.core, self)
+        self.reconciler = Reconciler(self.core, self, self.lifecycle, self.hangs)
         self.limits = Policies({})
+        self.activity = Activity(self.core)
+        self.idle_settings = IdleSettings({}, self.limits)
+        self.idle = IdleWatch(
+            self.core, self, self.lifecycle, self.activity, lambda: self.idle_settings
+        )
         self.scheduling = Scheduling(self.core, self.lifecycle.start, self._owner_policy)
         self.kernel_tokens = KernelTokens(self.core)
         self.admission = Admission(self.core, self, self.mounts)
@@ -189,6 +215,8 @@ class BaiSessionManager(LoggingConfigurable):
         core = self.core
         core.groups = load_groups(self.resource_groups)
         self.limits = Policies(self.policies)
+        self.idle_settings = IdleSettings(self.resource_groups, self.limits)
+        hang_limits(self.hang_timeout)  # a bad setting stops the start, with its message
         core.store = await asyncio.to_thread(Store, self.store_url)
         for agent in await self._make_agents():
             core.agents[agent.id] = agent
@@ -205,6 +233,8 @@ class BaiSessionManager(LoggingConfigurable):
         core.spawn(self._retention_loop(), loop=True)
         core.spawn(self.replicas.loop(), loop=True)
         core.spawn(self.replicas.follow(), loop=True)
+        core.spawn(self.idle.loop(), loop=True)
+        core.spawn(self.hangs.loop(), loop=True)
         self._started = True
         core.wake()
 
@@ -225,6 +255,7 @@ class BaiSessionManager(LoggingConfigurable):
             await agent.close()
         if core.tasks:
             await asyncio.wait(list(core.tasks), timeout=10)
+        self.activity.close()
         core.agents.clear()
         if core.store is not None:
             core.store.close()
@@ -388,6 +419,7 @@ class BaiSessionManager(LoggingConfigurable):
                 "no other code (its logs show the server's output)"
             )
         agent, kernel_id = await self.core.running_kernel(session.id, kernel, owner)
+        self.activity.touch(session.id, "exec")
         try:
             return await agent.exec(kernel_id, command, timeout)
         except AgentError as exc:
@@ -398,6 +430,7 @@ class BaiSessionManager(LoggingConfigurable):
     ) -> None:
         """Send a signal to a kernel's runtime (INT interrupts, HUP restarts the ipykernel)."""
         agent, kernel_id = await self.core.running_kernel(key, kernel, owner)
+        self.activity.touch((await self.get(key, owner)).id, "signal")
         try:
             await agent.signal(kernel_id, signum)
         except AgentError as exc:
@@ -408,6 +441,15 @@ class BaiSessionManager(LoggingConfigurable):
     ) -> Session:
         """Declare ``name:proto:port`` on a RUNNING session's main1, for the proxy."""
         return await self.service_ports.add(key, service_port, owner)
+
+    async def touch(self, key: str, source: str = "api", owner: str | None = None) -> Session:
+        """Note activity on a running session (the idle_timeout rule): ``source`` says what
+        (``execute``, ``proxy``, ``api`` …). Conflict unless it is running."""
+        session = await self.get(key, owner)
+        if session.status not in ACTIVE:
+            raise Conflict(f"session {session.id} is {session.status.value}, not RUNNING")
+        self.activity.touch(session.id, source)
+        return session
 
     def events(self) -> AsyncIterator[dict[str, Any]]:
         """Session status changes as they happen (until the caller stops iterating)."""

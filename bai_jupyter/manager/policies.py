@@ -5,7 +5,9 @@ each entry naming only the limits it sets. For each limit: the user's own entry,
 else the most generous entry among the groups they are in, else ``default``,
 else no limit. What is refused at create (a resource group or image not
 allowed, too many pending) says which entry refused it; what keeps a session
-pending (concurrency, resources held) says so in its why-pending record.
+pending (concurrency, resources held) says so in its why-pending record. The idle
+rules (``idle_timeout``, ``session_lifetime``, ``utilization``; see
+:mod:`bai_jupyter.idleness`) resolve the same way, the most generous being off (0).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..idleness import parse_seconds, parse_utilization, widest_seconds, widest_utilization
 from ..resources import ResourceError, ResourceSlot
 from ..scheduler.config import OwnerPolicy
 
@@ -57,6 +60,18 @@ def _widest_names(values: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for v in values for name in v))
 
 
+def _checked(parse: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    """An idle rule's parser, its ValueError as the InvalidRequest a bad policy is."""
+
+    def parser(value: Any, where: str) -> Any:
+        try:
+            return parse(value, where)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+
+    return parser
+
+
 #: Each limit: how to parse it, and the most generous of several.
 POLICY_KEYS: dict[str, tuple[Callable[[Any, str], Any], Callable[[Sequence[Any]], Any]]] = {
     "max_concurrent_sessions": (_count, _widest_count),
@@ -64,6 +79,9 @@ POLICY_KEYS: dict[str, tuple[Callable[[Any, str], Any], Callable[[Sequence[Any]]
     "max_pending": (_count, _widest_count),
     "allowed_resource_groups": (_names, _widest_names),
     "allowed_images": (_names, _widest_names),
+    "idle_timeout": (_checked(parse_seconds), widest_seconds),
+    "session_lifetime": (_checked(parse_seconds), widest_seconds),
+    "utilization": (_checked(parse_utilization), widest_utilization),
 }
 
 

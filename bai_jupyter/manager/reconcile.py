@@ -16,6 +16,7 @@ from ..agents.base import AgentBackend, AgentError, KernelEvent, KernelEventKind
 from ..kernel_plan import LABEL_SCOPE
 from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
 from .core import Core, Settings
+from .hangs import HangWatch
 from .lifecycle import Lifecycle
 
 __all__ = ["Reconciler"]
@@ -33,10 +34,18 @@ class _Live:
 class Reconciler:
     """Brings the store and the agents back into agreement when the manager starts."""
 
-    def __init__(self, core: Core, settings: Settings, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        core: Core,
+        settings: Settings,
+        lifecycle: Lifecycle,
+        hangs: HangWatch | None = None,
+    ) -> None:
         self.core = core
         self.settings = settings
         self.lifecycle = lifecycle
+        #: A session stuck past its state's limit is forced out at once (hang-timeout).
+        self.hangs = hangs
 
     async def reconcile(self) -> None:
         """Match the store against what the agents really have."""
@@ -69,6 +78,9 @@ class Reconciler:
         lifecycle = self.lifecycle
         if session.status is Status.SCHEDULED:
             self.core.spawn(lifecycle.start(session.id))
+            return
+        if self.hangs is not None and self.hangs.overdue(session):
+            await self.hangs.force(session)
             return
         if recheck and (session.status in STARTING or session.status is Status.TERMINATING):
             # Another manager on this store (a server's and a kernel provisioner's embedded

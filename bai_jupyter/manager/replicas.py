@@ -169,7 +169,7 @@ class ReplicaKeeper(LoggingConfigurable):
             )
         await self._note_ended(endpoint, sessions, now)
         self._sync(route, endpoint, sessions)
-        await self._check(route, endpoint)
+        self._check(route, endpoint)
         await self._replace_unhealthy(route, endpoint, now)
         load = route.meter.sample(now, endpoint.spec.scaling.window)
         route.load = load
@@ -244,21 +244,20 @@ class ReplicaKeeper(LoggingConfigurable):
             if address is not None:
                 route.replicas[sid] = Replica(sid, replica_generation(session), *address)
 
-    async def _check(self, route: Route, endpoint: Endpoint) -> None:
-        """Health checks of the replicas due one (a new replica: every round until healthy)."""
+    def _check(self, route: Route, endpoint: Endpoint) -> None:
+        """Start the health checks that are due (a new replica's: every round until it
+        passes); they run in the background, so a hung replica never holds up a round."""
         now = time.monotonic()
-        due = [
-            r
-            for r in route.replicas.values()
-            if not r.draining
-            and r.session_id not in self._checking
-            and (r.healthy_at is None or now - r.checked_at >= endpoint.spec.health_interval)
-        ]
-        if due:
-            await asyncio.gather(*(self._check_one(r, endpoint) for r in due))
+        for replica in route.replicas.values():
+            if replica.draining or replica.session_id in self._checking:
+                continue
+            if replica.healthy_at is None or (
+                now - replica.checked_at >= endpoint.spec.health_interval
+            ):
+                self._checking.add(replica.session_id)
+                self.core.spawn(self._check_one(replica, endpoint))
 
     async def _check_one(self, replica: Replica, endpoint: Endpoint) -> None:
-        self._checking.add(replica.session_id)
         try:
             problem = await check_health(replica.host, replica.port, endpoint.spec.health_path)
         finally:
@@ -271,6 +270,7 @@ class ReplicaKeeper(LoggingConfigurable):
                 self._proven.add(replica.session_id)
                 self._backoff.pop(endpoint.id, None)
                 self.errors.pop(endpoint.id, None)
+                self.wake()  # routed now: a rollout or a scale-down may go on at once
             return
         replica.failures += 1
         replica.problem = problem

@@ -160,6 +160,13 @@ class ScopedManager:
 
         return await self._run(call())
 
+    async def touch(self, key: str, source: str = "api") -> None:
+        async def call() -> None:
+            session = await self._resolve(key, "write")
+            await self.manager.touch(session.id, source)
+
+        await self._run(call())
+
     async def revoke_kernel_tokens(self, key: str) -> float:
         async def call() -> float:
             session = await self._resolve(key, "write")

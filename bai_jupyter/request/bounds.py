@@ -28,6 +28,12 @@ MAX_COMMAND = 64 * 1024
 MAX_MOUNTS = 64
 MAX_SERVICE_PORTS = 32
 MAX_TEXT = 4096  # image, resource group, a mount entry, a template description
+MAX_PUBLIC_KEY = 16 * 1024  # an OpenSSH public key line (RSA 16384 fits)
+#: An OpenSSH public key line: type, base64 blob, optional comment (one line).
+PUBLIC_KEY_RE = re.compile(
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|"
+    r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\r\n]*)?"
+)
 #: Ports of main1 our runtime uses itself: sshd, and the Jupyter kernel's five channels
 #: (``runtime.protocol.KERNEL_PORTS``). A service port there could never start.
 RESERVED_PORTS = frozenset({SSH_PORT, *KERNEL_PORTS.values()})

@@ -24,6 +24,7 @@ from .bounds import (
     MAX_TEXT,
     MAX_TIMESTAMP,
     NAME_RE,
+    PUBLIC_KEY_RE,
     RESERVED_PORTS,
     SERVICE_NAME_RE,
 )
@@ -233,6 +234,18 @@ def parse_command(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise SpecError(path, f"must be a shell command string, got {show(value)}")
     return value
+
+
+def parse_public_key(value: Any, path: str) -> str:
+    """One OpenSSH public key line (``ssh-ed25519 AAAA… comment``), surrounding space dropped."""
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or PUBLIC_KEY_RE.fullmatch(text) is None:
+        raise SpecError(
+            path,
+            "must be one OpenSSH public key line such as 'ssh-ed25519 AAAAC3Nza… you@laptop' "
+            f"(the content of ~/.ssh/id_ed25519.pub), got {show(value)}",
+        )
+    return text
 
 
 def parse_timeout(value: Any, path: str) -> float:

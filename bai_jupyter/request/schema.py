@@ -23,6 +23,7 @@ from .bounds import (
     MAX_ENV_BYTES,
     MAX_MOUNTS,
     MAX_PRIORITY,
+    MAX_PUBLIC_KEY,
     MAX_TEXT,
 )
 from .parsers import (
@@ -44,6 +45,7 @@ from .parsers import (
     parse_image,
     parse_mounts,
     parse_name,
+    parse_public_key,
     parse_resource_group,
     parse_resources,
     parse_service_ports_unbounded,
@@ -145,6 +147,12 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
             f"role leaves out is the session's; cluster_size is then their count)",
             bound_roles,
         ),
+        "ssh_public_key": SpecField(
+            parse_public_key,
+            "system sessions: an OpenSSH public key that may log in to its SFTP server "
+            "(default: a key pair made for the session, its private key given to the owner)",
+            bound_text(MAX_PUBLIC_KEY),
+        ),
     }
 )
 
@@ -225,6 +233,14 @@ def parse_spec(data: Mapping[str, Any], bounded: bool = True) -> SessionSpec:
     if spec.batch_timeout is not None and spec.type is not SessionType.BATCH:
         raise SpecError(
             "batch_timeout", f"only allowed when type is batch, got type {spec.type.value}"
+        )
+    if spec.ssh_public_key is not None and spec.type is not SessionType.SYSTEM:
+        raise SpecError(
+            "ssh_public_key", f"only allowed when type is system, got type {spec.type.value}"
+        )
+    if spec.type is SessionType.SYSTEM and spec.cluster_size != 1:
+        raise SpecError(
+            "cluster_size", f"a system (SFTP) session has one kernel, got {spec.cluster_size}"
         )
     return spec
 

@@ -8,6 +8,7 @@ session's kernels, starts the image's service ports, and then, by ``mode``:
   it on the same ports, SIGTERM stops it and exits 0);
 * ``batch``: runs ``startup_command`` and exits with its code (124 on timeout);
 * ``wait``: idles until SIGTERM/SIGINT (sub kernels, service-only sessions).
+* ``sftp``: serves SFTP over the data folders (a system session's main1; ``sftp.py``).
 
 Constraints that shape the code: stdlib only and Python >= 3.9 (it runs under the
 image's own ``python3``); it may be PID 1 (so it reaps orphans and forwards

@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as T
 if TYPE_CHECKING:
     from typing import Any
 
-MODES = ("kernel", "batch", "serve", "wait")
+MODES = ("kernel", "batch", "serve", "wait", "sftp")
 
 
 #: Besides ``BACKENDAI_*``: the names distributed frameworks read.
@@ -90,6 +90,14 @@ class Bootstrap:
                 raise BootstrapError(f"ssh needs an integer port and {', '.join(keys)}")
             if len(self.ssh["host_public_key"].split()) < 2:
                 raise BootstrapError("ssh.host_public_key must be 'TYPE BASE64 [COMMENT]'")
+        self.sftp: dict[str, Any] | None = _opt_dict(data, "sftp")
+        if mode == "sftp":
+            sftp = self.sftp or {}
+            needed = ("user", "authorized_keys", "host_private_key")
+            if not _is_port(sftp.get("port")) or not all(
+                isinstance(sftp.get(k), str) and sftp[k].strip() for k in needed
+            ):
+                raise BootstrapError(f"sftp mode needs an integer port and {', '.join(needed)}")
 
     @classmethod
     def load(cls, path: Path) -> Bootstrap:

@@ -1,4 +1,5 @@
-"""What main1 (and every other kernel) runs once set up: an ipykernel, a batch task, or nothing."""
+"""What main1 (and every other kernel) runs once set up: an ipykernel, a batch task, nothing,
+or (a system session) an SFTP server (``sftp``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from .config import Bootstrap, write_file
 from .processes import RuntimeFailure, Supervisor, exit_code, signal_group
 from .protocol import EXIT_TIMEOUT, READY, TASK_TIMEOUT, say
+from .sftp import run_sftp
 from .ssh import SSHD
 
 TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as True
@@ -124,4 +126,10 @@ def run_wait(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: S
         sup.wait(None)
 
 
-RUNNERS = {"kernel": run_kernel, "batch": run_command, "serve": run_command, "wait": run_wait}
+RUNNERS = {
+    "kernel": run_kernel,
+    "batch": run_command,
+    "serve": run_command,
+    "wait": run_wait,
+    "sftp": run_sftp,
+}

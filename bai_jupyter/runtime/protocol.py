@@ -44,6 +44,9 @@ CHANNEL_PORT_KEYS = tuple(f"{channel}_port" for channel in CHANNELS)
 KERNEL_PORTS = dict(zip(CHANNELS, range(2300, 2300 + len(CHANNELS))))
 #: sshd listens here in every kernel of a cluster (Backend.AI's convention).
 SSH_PORT = 2200
+#: The login of a system session's SFTP server (root's uid in the container, chrooted to
+#: WORK_DIR, SFTP only).
+SFTP_USER = "work"
 
 #: Where the runtime directory is mounted (read-only) in every kernel.
 RUNTIME_MOUNT = "/opt/bai-runtime"

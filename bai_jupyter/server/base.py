@@ -17,6 +17,7 @@ from ..api import SessionsAPI
 from ..errors import BaiError, InvalidRequest, TooLarge
 from ..model import Session
 from ..registry import local_owner
+from .activity import ActivityNotes
 from .kernel_runs import KernelRuns
 from .running import RunningSessions
 
@@ -79,6 +80,8 @@ class Extension(Protocol):
     runs: KernelRuns
     #: RUNNING sessions cached for the proxy.
     running: RunningSessions
+    #: Sessions' use seen here (execute, proxy), passed on to the manager's idle rules.
+    activity: ActivityNotes
     #: Open event streams (ended when the server stops).
     streams: set[asyncio.Queue[Any]]
 

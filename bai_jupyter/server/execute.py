@@ -38,4 +38,5 @@ class ExecuteHandler(BaiHandler):
         if run_id is not None and (not isinstance(run_id, str) or not 0 < len(run_id) <= 64):
             raise InvalidRequest("run_id: must be a string of 1 to 64 characters")
         session = await self.api.get(key, connection=True)
+        self.app.activity.note(self.api, session.id, "execute")
         self.write_json(await self.app.runs.step(session, mode, code, run_id))

@@ -26,6 +26,7 @@ from ..endpoints import Router
 from ..errors import Unavailable
 from ..manager import BaiSessionManager, ScopedManager
 from ..model import Status
+from .activity import ActivityNotes
 from .events import end_stream
 from .kernel_access import KernelAccess
 from .kernel_runs import KernelRuns
@@ -118,6 +119,13 @@ class ApiHost(LoggingConfigurable):
         help="Bytes of a session's `meta` object (as JSON) a create request may carry; "
         "it is returned with every listing of the session.",
     )
+    activity_interval = Float(
+        5.0,
+        config=True,
+        help="Seconds between the notes of a session's use this server sends the manager "
+        "(execute calls, proxied requests, and every this often while a proxied connection "
+        "stays open), for its idle_timeout; keep idle timeouts well above it.",
+    )
     manager = Instance(BaiSessionManager, allow_none=True, help="The manager this host owns.")
 
     def init_host(self) -> None:
@@ -126,6 +134,7 @@ class ApiHost(LoggingConfigurable):
             self.execute_chunk_timeout, self.kernel_connect_timeout, self.execute_run_ttl, self.log
         )
         self.running = RunningSessions()
+        self.activity = ActivityNotes(self.activity_interval, self.log)
         self.streams: set[asyncio.Queue[Any]] = set()
         self._upstream: SimpleAsyncHTTPClient | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -218,6 +227,7 @@ class ApiHost(LoggingConfigurable):
 
         steps: list[Step] = [
             ("ending event streams", close_streams),
+            ("ending activity notes", self.activity.close),
             ("closing kernel clients", self.runs.close),
             ("closing the proxy client and kernel access", close_clients),
         ]

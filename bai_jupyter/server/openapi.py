@@ -50,12 +50,14 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
         "/sessions/{key}": {
             "parameters": [_SESSION_KEY],
             "get": operation(
-                "a session (kernels' connection keys left out unless connection=true)",
+                "a session (kernels' connection keys and a system session's SFTP private key "
+                "left out unless connection=true)",
                 {"200": _SESSION},
                 parameters=[
                     query_param(
                         "connection",
-                        "the owner only: include kernels[].info.connection.key (403 otherwise)",
+                        "the owner only: include kernels[].info.connection.key and "
+                        "sftp.private_key (403 otherwise)",
                         enum=["true", "false"],
                     )
                 ],
@@ -171,6 +173,31 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                                     "type": "string",
                                     "description": "name:proto:port, e.g. web:http:8080 "
                                     "(2200 and 2300-2304 are reserved)",
+                                }
+                            },
+                        }
+                    ),
+                },
+            ),
+        },
+        "/sessions/{key}/activity": {
+            "parameters": [_SESSION_KEY],
+            "post": operation(
+                "note that a running session is in use now: its idle_timeout starts again "
+                "(409 once it has ended, 503 before it runs)",
+                {"204": reply("noted")},
+                requestBody={
+                    "required": False,
+                    **json_content(
+                        {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "source": {
+                                    "type": "string",
+                                    "pattern": "^[A-Za-z0-9_.-]{1,32}$",
+                                    "default": "api",
+                                    "description": "what used it (shown in idle.activity)",
                                 }
                             },
                         }

@@ -16,6 +16,7 @@ from ..request.bounds import (
     MAX_ENV,
     MAX_MOUNTS,
     MAX_PRIORITY,
+    MAX_PUBLIC_KEY,
     MAX_SERVICE_PORTS,
     MAX_TIMESTAMP,
 )
@@ -122,6 +123,7 @@ FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
             },
         },
     },
+    "ssh_public_key": {"type": "string", "maxLength": MAX_PUBLIC_KEY, "nullable": True},
 }
 assert set(FIELD_SCHEMAS) == set(FIELDS), "the OpenAPI request schema drifted from FIELDS"
 
@@ -186,6 +188,20 @@ SCHEMAS: dict[str, Any] = {
                         "url": {"type": "string", "nullable": True},
                     },
                 },
+            },
+            "idle": {
+                "type": "object",
+                "description": "while running: each idle rule that applies (idle_timeout, "
+                "session_lifetime, utilization) with its settings, source and the seconds "
+                "left before it ends the session if nothing happens; plus last_activity "
+                "(epoch s) and activity (what used it last)",
+                "additionalProperties": True,
+            },
+            "sftp": {
+                "type": "object",
+                "nullable": True,
+                "description": "a running system session's SFTP server: host, port, user, "
+                "known_hosts, command; private_key with connection=true (null: none)",
             },
         },
     },

@@ -67,6 +67,8 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         self.bai = app
         self.target: tuple[str, int] | None = None
         self.client_gone = False
+        #: The caller's API and the session, for the idle rules' activity notes.
+        self.user_of: tuple[Any, str] | None = None
 
     def on_connection_close(self) -> None:
         """The caller left: stop the upstream fetch at its next chunk (streams, downloads)."""
@@ -129,6 +131,8 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         if self.target is None:
             raise Unavailable(f"session {session.id}: main1's port of {service!r} is not known yet")
         host = self.target[0]
+        self.user_of = (api, session.id)
+        self.bai.activity.note(api, session.id, "proxy")
         # The key as the caller wrote it (id or name): redirects stay under that path.
         self.proxy_base = url_path_join("bai/sessions", session_id, "proxy", service)
         self.host_allowlist = [str(host)]
@@ -229,8 +233,17 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         await self.proxy(*self._where(), path)
 
     async def open(self, session_id: str, service: str, path: str = "") -> None:
-        """The WebSocket side, after :meth:`get` and ``prepare`` let the handshake through."""
+        """The WebSocket side, after :meth:`get` and ``prepare`` let the handshake through;
+        the session is in use while it stays open."""
+        if self.user_of is not None:
+            self.bai.activity.opened(*self.user_of)
         await self.proxy_open(*self._where(), path)
+
+    def on_close(self) -> None:
+        if self.user_of is not None:
+            self.bai.activity.closed(self.user_of[1])
+            self.user_of = None
+        super().on_close()
 
     async def _proxy_buffered(
         self, host: str, port: int, proxied_path: str, body: bytes | None, client: Any
@@ -290,7 +303,7 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         request.connect_timeout = self.connect_timeout
         error: BaseException | None
         try:
-            response = await self.bai.upstream().fetch(request, raise_error=False)
+            response = await self._fetch(request)
         except (httpclient.HTTPError, OSError) as exc:
             error = exc
         else:  # an HTTP error status is the service's answer; 599 is no answer
@@ -308,6 +321,19 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             raise HTTPError(502, f"the service did not answer: {error}")
         send_head()
         self._record_activity()
+
+    async def _fetch(self, request: httpclient.HTTPRequest) -> httpclient.HTTPResponse:
+        """The upstream fetch; a long download or stream keeps the session in use."""
+        if self.user_of is not None:
+            self.bai.activity.opened(*self.user_of)
+        try:
+            response: httpclient.HTTPResponse = await self.bai.upstream().fetch(
+                request, raise_error=False
+            )
+            return response
+        finally:
+            if self.user_of is not None:
+                self.bai.activity.closed(self.user_of[1])
 
     #: Server-Sent Events take the same streaming path.
     _proxy_progressive = _proxy_buffered

@@ -18,6 +18,7 @@ from .openapi import openapi
 from .proxy import SessionProxyHandler
 from .scheduler import SchedulerHandler
 from .sessions import (
+    ActivityHandler,
     ExecHandler,
     InterruptHandler,
     KernelTokenHandler,
@@ -56,6 +57,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/exec", ExecHandler),
         (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
         (f"{API}/sessions/{_KEY}/services", ServicesHandler),
+        (f"{API}/sessions/{_KEY}/activity", ActivityHandler),
         (f"{API}/sessions/{_KEY}/kernelspec", AttachKernelspecHandler),
         (f"{API}/endpoints", EndpointsHandler),
         (f"{API}/endpoints/{_KEY}", EndpointHandler),

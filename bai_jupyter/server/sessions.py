@@ -1,9 +1,12 @@
-"""``/bai/api/v1/sessions…``: create, list, get, delete, logs, exec, signals, services, tokens."""
+"""``/bai/api/v1/sessions…``: create, list, get, delete, logs, exec, signals, services, tokens,
+activity."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
+import time
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -11,12 +14,14 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from ..errors import Forbidden, InvalidRequest
-from ..model import Session, SessionType, Status
+from ..idleness import idle_view
+from ..model import KernelRole, Session, SessionType, Status
 from ..wire import session_to_json
 from .base import BaiHandler
 from .checks import require_running
 
 __all__ = [
+    "ActivityHandler",
     "ExecHandler",
     "ServicesHandler",
     "SessionHandler",
@@ -30,6 +35,8 @@ _STATUS_NAMES = ", ".join(s.value for s in Status)
 _TYPE_NAMES = ", ".join(t.value for t in SessionType)
 #: The longest a command run through ``exec`` may take (seconds).
 _MAX_EXEC_TIMEOUT = 3600
+#: What an activity call may name as its source.
+_SOURCE_RE = re.compile(r"[A-Za-z0-9_.-]{1,32}")
 #: Signals also reach a session whose kernel is restarting.
 _RESTARTING = frozenset({Status.RESTARTING})
 
@@ -53,19 +60,31 @@ def service_list(session: Session, base_url: str) -> list[dict[str, Any]]:
 
 
 def session_view(session: Session, base_url: str, connection: bool = False) -> dict[str, Any]:
-    """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``.
+    """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``,
+    ``idle`` (each idle rule's time left) and ``sftp`` (a system session's login).
 
     A kernel's HMAC connection key signs every message to it (whoever has it can run
-    code there): it is left out unless ``connection`` (the owner's own GET asks).
+    code there), and a system session's SFTP private key opens its data folders: both
+    are left out unless ``connection`` (the owner's own GET asks).
     """
-    view = {**session_to_json(session), "services": service_list(session, base_url)}
-    if not connection:
-        for kernel in view["kernels"]:
-            info = kernel.get("info") or {}
-            conn = info.get("connection")
-            if isinstance(conn, dict) and "key" in conn:
-                kept = {k: v for k, v in conn.items() if k != "key"}
-                kernel["info"] = {**info, "connection": kept}
+    view = {
+        **session_to_json(session),
+        "services": service_list(session, base_url),
+        "idle": idle_view(
+            session.status_data, time.time(), session.status in (Status.RUNNING, Status.RESTARTING)
+        ),
+        "sftp": None,
+    }
+    for kernel in view["kernels"]:
+        info = kernel.get("info") or {}
+        secrets = {"connection": "key", "sftp": "private_key"}
+        if not connection:
+            for part, secret in secrets.items():
+                if isinstance(info.get(part), dict) and secret in info[part]:
+                    info = {**info, part: {k: v for k, v in info[part].items() if k != secret}}
+            kernel["info"] = info
+        if kernel["role"] == KernelRole.MAIN.value and info.get("sftp"):
+            view["sftp"] = info["sftp"]
     return view
 
 
@@ -265,3 +284,26 @@ class ExecHandler(BaiHandler):
         require_running(await self.api.get(key))
         result = await self.api.exec(key, command, kernel=kernel, timeout=float(timeout))
         self.write_json({"exit_code": result.exit_code, "output": result.output})
+
+
+class ActivityHandler(BaiHandler):
+    """Note that a running session is in use (resets its idle_timeout):
+    ``{"source": "api"}`` (optional) → 204."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, key: str) -> None:
+        body = self.json_body()
+        unknown = sorted(set(body) - {"source"})
+        if unknown:
+            raise InvalidRequest(f"{unknown[0]}: unknown field; known: source")
+        source = body.get("source", "api")
+        if not isinstance(source, str) or _SOURCE_RE.fullmatch(source) is None:
+            raise InvalidRequest(
+                f"source: must be 1 to 32 of [A-Za-z0-9_.-] (e.g. 'api'), got {source!r}"
+            )
+        session = await self.api.get(key)
+        require_running(session, _RESTARTING)
+        await self.api.touch(session.id, source)
+        self.set_status(204)
+        self.finish()

@@ -47,6 +47,34 @@ export interface SpecJSON {
   service_ports: string[];
 }
 
+/** One idle rule that applies to a running session (docs/api.md, `idle`). */
+export interface IdleRuleJSON {
+  /** Seconds before it ends the session if nothing happens, when the reply was made. */
+  left: number | null;
+  timeout?: number;
+  cpu_percent?: number;
+  window?: number;
+  cpu_used?: number;
+  source?: string | null;
+}
+
+export interface IdleJSON {
+  idle_timeout?: IdleRuleJSON;
+  session_lifetime?: IdleRuleJSON;
+  utilization?: IdleRuleJSON;
+  last_activity?: number;
+  activity?: string | null;
+}
+
+/** A running system session's SFTP server (the private key only with `connection=true`). */
+export interface SftpJSON {
+  host: string;
+  port: number;
+  user: string;
+  known_hosts: string;
+  command: string;
+}
+
 export interface SessionJSON {
   id: string;
   name: string | null;
@@ -61,6 +89,8 @@ export interface SessionJSON {
   kernels: KernelJSON[];
   meta: Record<string, unknown>;
   services: ServiceJSON[];
+  idle?: IdleJSON;
+  sftp?: SftpJSON | null;
 }
 
 export interface SessionEvent {
@@ -202,6 +232,68 @@ export function ageText(createdAt: number, now: number): string {
     return `${Math.floor(seconds / 3600)} h`;
   }
   return `${Math.floor(seconds / 86400)} d`;
+}
+
+/** A duration in its two largest units: `45 s`, `9 min 58 s`, `3 h 5 min`, `2 d 4 h`. */
+export function durationText(seconds: number): string {
+  let left = Math.max(0, Math.round(seconds));
+  const parts: string[] = [];
+  for (const [unit, size] of [
+    ['d', 86400],
+    ['h', 3600],
+    ['min', 60],
+    ['s', 1]
+  ] as const) {
+    if (left >= size || (unit === 's' && !parts.length)) {
+      parts.push(`${Math.floor(left / size)} ${unit}`);
+      left %= size;
+    }
+    if (parts.length === 2 || (parts.length && left === 0)) {
+      break;
+    }
+  }
+  return parts.join(' ');
+}
+
+/**
+ * When each idle rule ends a running session if nothing happens, counted down from
+ * the reply (`loadedAt`) to `now` (both epoch seconds): one line per rule, soonest
+ * first. Empty when no rule applies.
+ */
+export function idleLines(
+  session: Pick<SessionJSON, 'idle' | 'status'>,
+  loadedAt: number,
+  now: number
+): string[] {
+  const idle = session.idle ?? {};
+  if (session.status !== 'RUNNING' && session.status !== 'RESTARTING') {
+    return [];
+  }
+  const since = Math.max(0, now - loadedAt);
+  const lines: [number, string][] = [];
+  const rules: [keyof IdleJSON, (rule: IdleRuleJSON, left: string) => string][] = [
+    [
+      'idle_timeout',
+      (r, left) => `Idle for ${left} more ends it (idle timeout ${durationText(r.timeout ?? 0)})`
+    ],
+    [
+      'utilization',
+      (r, left) =>
+        `CPU below ${r.cpu_percent}% ends it in ${left} (now ${r.cpu_used ?? 0}% over ${durationText(r.window ?? 0)})`
+    ],
+    [
+      'session_lifetime',
+      (r, left) => `Ends in ${left} at most (lifetime ${durationText(r.timeout ?? 0)})`
+    ]
+  ];
+  for (const [name, text] of rules) {
+    const rule = idle[name] as IdleRuleJSON | undefined;
+    if (rule && typeof rule.left === 'number') {
+      const left = Math.max(0, rule.left - since);
+      lines.push([left, text(rule, durationText(left))]);
+    }
+  }
+  return lines.sort((a, b) => a[0] - b[0]).map(([, line]) => line);
 }
 
 /** A session as people name it: its name, else the first 8 characters of its id. */
@@ -360,6 +452,8 @@ export interface Folded {
  */
 export class BaiState {
   readonly sessions = new Map<string, SessionJSON>();
+  /** When each session's record was read (epoch seconds): idle times count down from it. */
+  readonly loadedAt = new Map<string, number>();
   scheduler: SchedulerJSON | null = null;
   agents: AgentJSON[] = [];
   /** The user's inference endpoints, by name. */
@@ -381,18 +475,33 @@ export class BaiState {
     }
   }
 
-  loadSessions(sessions: SessionJSON[]): void {
+  loadSessions(sessions: SessionJSON[], at: number = Date.now() / 1000): void {
     this.sessions.clear();
+    this.loadedAt.clear();
     for (const session of sessions) {
       this.sessions.set(session.id, session);
+      this.loadedAt.set(session.id, at);
     }
     this.changed();
   }
 
   /** One session as the API gives it: replaces what the state had. */
-  loadSession(session: SessionJSON): void {
+  loadSession(session: SessionJSON, at: number = Date.now() / 1000): void {
     this.sessions.set(session.id, session);
+    this.loadedAt.set(session.id, at);
     this.changed();
+  }
+
+  /** A running session's idle rules, counted down to `now` (epoch seconds). */
+  idleOf(session: SessionJSON, now: number = Date.now() / 1000): string[] {
+    return idleLines(session, this.loadedAt.get(session.id) ?? now, now);
+  }
+
+  /** Whether some running session has an idle rule (its countdown needs redrawing). */
+  counting(): boolean {
+    return [...this.sessions.values()].some(
+      session => session.status === 'RUNNING' && Object.keys(session.idle ?? {}).length > 0
+    );
   }
 
   loadScheduler(scheduler: SchedulerJSON): void {

@@ -45,6 +45,7 @@ export class SessionsSidebar extends Widget {
   private pending = false;
   private highlighted: string | null = null;
   private readonly ticker: ReturnType<typeof setInterval>;
+  private ticks = 0;
 
   constructor(
     private readonly live: LiveState,
@@ -59,7 +60,13 @@ export class SessionsSidebar extends Widget {
     this.body = h('div', { class: 'bai-Sidebar-body' });
     this.node.append(this.body);
     live.state.onChange(() => this.schedule());
-    this.ticker = setInterval(() => this.schedule(), 30_000); // ages
+    // Idle countdowns every 5 s while a session has idle rules; ages every 30 s.
+    this.ticker = setInterval(() => {
+      this.ticks += 1;
+      if (this.ticks % 6 === 0 || live.state.counting()) {
+        this.schedule();
+      }
+    }, 5_000);
     this.schedule();
   }
 
@@ -226,6 +233,19 @@ export class SessionsSidebar extends Widget {
     }
     if (typeof session.status_data?.error === 'string') {
       lines.push(h('div', { class: 'bai-Error' }, session.status_data.error));
+    }
+    for (const line of state.idleOf(session)) {
+      lines.push(h('div', { class: 'bai-Idle', attrs: { 'data-role': 'idle' } }, line));
+    }
+    if (session.sftp && !ended) {
+      lines.push(
+        h(
+          'div',
+          { class: 'bai-Sftp', attrs: { 'data-role': 'sftp', title: session.sftp.known_hosts } },
+          'SFTP: ',
+          h('code', {}, session.sftp.command)
+        )
+      );
     }
     for (const kernel of kernels) {
       lines.push(this.kernelLine(kernel.path, `kernel ${kernel.id.slice(0, 8)}`, true));

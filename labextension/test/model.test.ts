@@ -8,8 +8,10 @@ import {
   BaiState,
   buildRequest,
   clusterHosts,
+  durationText,
   EMPTY_FORM,
   fieldOfMessage,
+  idleLines,
   messageText,
   queueOrder,
   queuePositions,
@@ -342,5 +344,52 @@ describe('server messages next to their fields', () => {
       "amount must not be negative, got '-1'"
     );
     expect(messageText('no path here')).toBe('no path here');
+  });
+});
+
+describe('idle rules, counted down', () => {
+  const idle = {
+    idle_timeout: { timeout: 600, left: 598, source: 'resource_groups.default.idle' },
+    session_lifetime: { timeout: 86400, left: 86000 },
+    utilization: { cpu_percent: 5, window: 600, cpu_used: 1.5, left: 300 }
+  };
+
+  it('writes durations in their two largest units', () => {
+    expect([0, 45, 60, 598, 3725, 90061].map(durationText)).toEqual([
+      '0 s',
+      '45 s',
+      '1 min',
+      '9 min 58 s',
+      '1 h 2 min',
+      '1 d 1 h'
+    ]);
+  });
+
+  it('says when each rule ends a running session, soonest first, from the reply on', () => {
+    const running = session(TRAIN, { status: 'RUNNING', idle });
+    expect(idleLines(running, 1000, 1010)).toEqual([
+      'CPU below 5% ends it in 4 min 50 s (now 1.5% over 10 min)',
+      'Idle for 9 min 48 s more ends it (idle timeout 10 min)',
+      'Ends in 23 h 53 min at most (lifetime 1 d)'
+    ]);
+    expect(idleLines(running, 1000, 5000)).toContain(
+      'CPU below 5% ends it in 0 s (now 1.5% over 10 min)'
+    );
+  });
+
+  it('shows nothing without rules, or once the session has ended', () => {
+    expect(idleLines(session(TRAIN, { status: 'RUNNING' }), 1000, 1000)).toEqual([]);
+    expect(idleLines(session(TRAIN, { status: 'TERMINATED', idle }), 1000, 1000)).toEqual([]);
+  });
+
+  it('counts down only while a running session has rules', () => {
+    const state = new BaiState();
+    state.loadSessions([session(TRAIN, { status: 'RUNNING' })], 1000);
+    expect(state.counting()).toBe(false);
+    state.loadSession(session(EVAL, { status: 'RUNNING', idle }), 1000);
+    expect(state.counting()).toBe(true);
+    expect(state.idleOf(state.sessions.get(EVAL)!, 1100)[0]).toBe(
+      'CPU below 5% ends it in 3 min 20 s (now 1.5% over 10 min)'
+    );
   });
 });

@@ -38,6 +38,7 @@ class DockerAgent(AgentBackend):
 
     backend = "docker"
     ssh = True
+    sftp = True
     auto_rank = 0
     unavailable_reason = "no Docker engine answered"
 
@@ -70,6 +71,20 @@ class DockerAgent(AgentBackend):
         "warning is logged). Local engines on Linux only.",
     )
     pids_limit = Int(4096, config=True, help="How many processes each kernel may have at once.")
+    sftp_address = Unicode(
+        "127.0.0.1",
+        config=True,
+        help="The host address a system session's SFTP port is published on: 127.0.0.1 "
+        "(this machine only; reach it from elsewhere through an SSH tunnel), a public "
+        "interface's address, or 0.0.0.0 (every interface). Its port is chosen by the engine.",
+    )
+    sftp_host = Unicode(
+        "",
+        config=True,
+        help="The host name people connect to for SFTP, as the API shows it (e.g. "
+        "'gpu1.example.org'); default: sftp_address, or this machine's name when that is "
+        "0.0.0.0.",
+    )
 
     def __init__(self, agent_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(agent_id, **kwargs)
@@ -277,6 +292,29 @@ class DockerAgent(AgentBackend):
         api = await self.engine.api()
         cid = await self.containers.find(api, kernel_id)
         await self.engine.call(f"cannot signal kernel {kernel_id}", api.kill, cid, signal=signum)
+
+    async def cpu_seconds(self, session_id: str) -> float | None:
+        """The CPU time of the session's running containers here (the engine's one-shot
+        stats: the cgroup's counter)."""
+        api = await self.engine.api()
+        label = f"{LABEL_SESSION}={session_id}"
+        found = await self.engine.call(
+            "cannot list kernels", api.containers, filters={"label": label}
+        )
+
+        def used(cid: str) -> float:
+            try:
+                stats = api.stats(cid, stream=False, one_shot=True)
+                return float(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+            except docker.errors.NotFound:
+                return 0.0  # removed meanwhile
+            except (ValueError, KeyError, TypeError) as exc:  # stopping: an empty answer
+                raise AgentError(f"no CPU stats of {cid[:12]}: {exc}") from exc
+
+        totals = await gather_all(
+            [self.engine.call(f"cannot read stats of {c['Id'][:12]}", used, c["Id"]) for c in found]
+        )
+        return sum(totals)
 
     async def live_kernels(self) -> list[LiveKernel]:
         """Every container with our labels, running or not, with its exit code.

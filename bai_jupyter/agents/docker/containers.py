@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,7 +18,14 @@ import docker.errors
 from ...kernel_plan import LABEL_KERNEL, LABEL_SESSION, KernelPlan
 from ...model import KernelRole
 from ...resources import parse_amount
-from ...runtime.protocol import CONFIG_DIR, DEFAULT_IMAGE, KERNEL_PORTS, RUNTIME_MOUNT, WORK_DIR
+from ...runtime.protocol import (
+    CONFIG_DIR,
+    DEFAULT_IMAGE,
+    KERNEL_PORTS,
+    RUNTIME_MOUNT,
+    SSH_PORT,
+    WORK_DIR,
+)
 from ..base import (
     AgentError,
     KernelStarted,
@@ -57,10 +65,16 @@ def container_name(session_id: str, hostname: str) -> str:
 
 
 def is_main(plan: KernelPlan) -> bool:
-    """The kernel that publishes ports: the interactive (or service) main kernel."""
+    """The kernel that publishes ports: the interactive, SFTP (or service) main kernel."""
     return plan.role is KernelRole.MAIN and (
-        plan.bootstrap.get("mode") == "kernel" or bool(plan.bootstrap.get("service_ports"))
+        plan.bootstrap.get("mode") in ("kernel", "sftp")
+        or bool(plan.bootstrap.get("service_ports"))
     )
+
+
+def is_sftp(plan: KernelPlan) -> bool:
+    """A system session's main1: its SFTP port is published for people, always."""
+    return plan.role is KernelRole.MAIN and plan.bootstrap.get("mode") == "sftp"
 
 
 def kernel_limits(plan: KernelPlan, pids_limit: int) -> dict[str, Any]:
@@ -117,6 +131,10 @@ class ContainerSettings(Protocol):
     def pids_limit(self) -> int: ...
     @property
     def disk_limit(self) -> str: ...
+    @property
+    def sftp_address(self) -> str: ...
+    @property
+    def sftp_host(self) -> str: ...
 
 
 class KernelContainers:
@@ -155,6 +173,11 @@ class KernelContainers:
                 publish.update({port: ("127.0.0.1",) for port in KERNEL_PORTS.values()})
             for _, port in _service_ports(plan):
                 publish[port] = ("127.0.0.1",)
+        # For people, not the manager: published wherever the manager reaches main1.
+        public: dict[int, tuple[str]] = {}
+        if is_sftp(plan):
+            public[SSH_PORT] = (settings.sftp_address,)
+        bindings = {**(publish if settings.publish else {}), **public}
 
         # Bind mounts of paths that must exist (the engine would create missing ones as root).
         mounts = [
@@ -179,7 +202,7 @@ class KernelContainers:
             mounts.append(
                 BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), type="bind", read_only=True)
             )
-        first_net = EGRESS_NETWORK if publish else net
+        first_net = EGRESS_NETWORK if publish or public else net
         limits = kernel_limits(plan, settings.pids_limit)
         disk = await self._disk_option(api, plan.image)
         # No alias on the shared bridge: "main1" must resolve only inside its session.
@@ -194,7 +217,7 @@ class KernelContainers:
             host_config = api.create_host_config(
                 mounts=mounts,
                 init=True,
-                port_bindings=(publish or None) if settings.publish else None,
+                port_bindings=bindings or None,
                 network_mode=first_net,
                 cap_drop=["ALL"],
                 cap_add=list(KEPT_CAPABILITIES),
@@ -210,7 +233,7 @@ class KernelContainers:
                 labels=plan.labels,
                 environment=plan.env,
                 working_dir=plan.work_dir or WORK_DIR,
-                ports=list(publish) or None,
+                ports=[*publish, *public] or None,
                 host_config=host_config,
                 networking_config=api.create_networking_config({first_net: endpoint}),
             )
@@ -309,7 +332,21 @@ class KernelContainers:
             ports.update({name: host_port(port) for name, port in KERNEL_PORTS.items()})
         ports.update({key: host_port(port) for key, port in _service_ports(plan)})
         host = "127.0.0.1" if publish else address
-        return KernelStarted(kernel_id=plan.kernel_id, container_id=cid, host=host, ports=ports)
+        public: dict[str, tuple[str, int]] = {}
+        if is_sftp(plan):
+            bound = [b for b in published.get(f"{SSH_PORT}/tcp") or [] if b.get("HostPort")]
+            if not bound:
+                raise AgentError(f"kernel {plan.hostname}: the SFTP port was not published")
+            public["sftp"] = (self._sftp_host(), int(bound[0]["HostPort"]))
+        return KernelStarted(
+            kernel_id=plan.kernel_id, container_id=cid, host=host, ports=ports, published=public
+        )
+
+    def _sftp_host(self) -> str:
+        """The name people connect to: ``sftp_host``, else the address it is published on
+        (this machine's name when that is every interface)."""
+        address = self.settings.sftp_host or self.settings.sftp_address
+        return socket.gethostname() if address in ("0.0.0.0", "::", "") else address
 
     async def find(self, api: Any, kernel_id: str) -> str:
         """The container id of a kernel (running or not); AgentError when there is none."""

@@ -237,6 +237,16 @@ class LocalAgent(AgentBackend):
         except ProcessLookupError:
             raise AgentError(f"kernel {kernel.hostname} of {kernel.session_id} has ended") from None
 
+    async def cpu_seconds(self, session_id: str) -> float | None:
+        """The CPU time of the session's running kernel processes (each runtime's groups
+        and its descendants'), from /proc; None elsewhere."""
+        table = await processes.process_table()
+        groups: set[int] = set()
+        for kernel in self._kernels.values():
+            if kernel.session_id == session_id and not kernel.ended.is_set():
+                groups |= {kernel.pid} | processes.descendant_groups(table, kernel.pid)
+        return await asyncio.to_thread(processes.cpu_seconds, groups)
+
     async def live_kernels(self) -> list[LiveKernel]:
         """Every kernel under ``root`` started by an agent with this id, in this process or
         an earlier one; rescans ``root`` each time."""

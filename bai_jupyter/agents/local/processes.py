@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ...model import ExecResult
@@ -26,6 +26,7 @@ __all__ = [
     "argv_of",
     "child",
     "cmdline",
+    "cpu_seconds",
     "descendant_groups",
     "exit_code",
     "free_ports",
@@ -181,21 +182,26 @@ async def process_table() -> list[Proc] | None:
     return await asyncio.to_thread(read_process_table)
 
 
+def _proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """Each process's pid and the fields of /proc/<pid>/stat after ``pid (comm)``:
+    state ppid pgrp … (comm may contain spaces and parentheses)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
 def read_process_table() -> list[Proc] | None:
     if _HAVE_PROC:
         table: list[Proc] = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-            fields = stat[stat.rfind(")") + 2 :].split()
+        for pid, fields in _proc_stats():
             with contextlib.suppress(IndexError, ValueError):
                 alive = fields[0] not in {"Z", "X"}
-                table.append((int(entry.name), int(fields[1]), int(fields[2]), alive))
+                table.append((pid, int(fields[1]), int(fields[2]), alive))
         return table
     try:
         out = subprocess.run(
@@ -214,6 +220,20 @@ def read_process_table() -> list[Proc] | None:
                 (int(parts[0]), int(parts[1]), int(parts[2]), not parts[3].startswith("Z"))
             )
     return table
+
+
+def cpu_seconds(groups: set[int]) -> float | None:
+    """CPU time (user + system, their reaped children's included) of every process in
+    ``groups``, in seconds; None without a Linux /proc."""
+    if not _HAVE_PROC:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for _, fields in _proc_stats():  # … pgrp(2) … utime(11) stime cutime cstime(14)
+        with contextlib.suppress(IndexError, ValueError):
+            if int(fields[2]) in groups:
+                total += sum(int(f) for f in fields[11:15])
+    return total / ticks
 
 
 def descendant_groups(table: list[Proc] | None, root: int) -> set[int]:

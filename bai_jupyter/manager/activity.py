@@ -1,0 +1,129 @@
+"""When each running session was last used, as this manager sees it.
+
+Activity comes from what acts on a session: the front ends' calls (``touch``:
+the execute API, the service-port proxy, an explicit activity call), the
+manager's own operations (exec, signals), open SFTP connections (the idle watch
+probes them), and main1's Jupyter kernel: the manager subscribes to its iopub
+channel, so code run from any client (a notebook, a console, the execute API)
+counts, and a kernel that is busy is in use for as long as it stays busy. Kept
+in memory; the idle watch writes it to the store (``status_data["idle"]``) so
+that a restarted manager, or another on the same store, knows it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from ..model import KernelRole, Session
+from .core import Core
+
+__all__ = ["Activity", "kernel_message"]
+
+_DELIMITER = b"<IDS|MSG>"
+
+
+def kernel_message(frames: list[bytes]) -> tuple[str, str | None]:
+    """A Jupyter iopub message's type and, for a status message, its ``execution_state``;
+    ``("", None)`` for frames that are not a message."""
+    try:
+        at = frames.index(_DELIMITER)
+        msg_type = json.loads(frames[at + 2]).get("msg_type")
+        state = json.loads(frames[at + 5]).get("execution_state") if msg_type == "status" else None
+    except (ValueError, IndexError, AttributeError):
+        return "", None
+    return (
+        msg_type if isinstance(msg_type, str) else "",
+        state if isinstance(state, str) else None,
+    )
+
+
+#: iopub messages that say nothing about use: the kernel starting, a subscriber's welcome.
+_NOT_USE = {"", "iopub_welcome"}
+
+
+class Activity:
+    """Last activity per session (epoch seconds and its source), and main1's kernel busy."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self._last: dict[str, tuple[float, str]] = {}
+        self._busy: set[str] = set()
+        self._followers: dict[str, asyncio.Task[None]] = {}
+        self._context: zmq.asyncio.Context | None = None
+
+    def touch(self, session_id: str, source: str, at: float | None = None) -> None:
+        """Note that ``source`` used the session now (or ``at``)."""
+        when = time.time() if at is None else at
+        if when >= self._last.get(session_id, (0.0, ""))[0]:
+            self._last[session_id] = (when, source)
+
+    def last(self, session_id: str) -> tuple[float, str] | None:
+        """The last activity this manager saw; a busy kernel is in use right now."""
+        if session_id in self._busy:
+            return time.time(), "kernel"
+        return self._last.get(session_id)
+
+    # --- main1's kernel ---------------------------------------------------------------------
+
+    def follow_kernel(self, session: Session) -> None:
+        """Follow main1's iopub channel (once per session) where the session has one."""
+        if session.id in self._followers:
+            return
+        main = next((k for k in session.kernels if k.role is KernelRole.MAIN), None)
+        connection = (main.info.get("connection") if main else None) or {}
+        if not connection.get("iopub_port") or not connection.get("ip"):
+            return
+        task = self.core.spawn(self._follow(session.id, connection), loop=True)
+        self._followers[session.id] = task
+
+    async def _follow(self, session_id: str, connection: Mapping[str, Any]) -> None:
+        if self._context is None:
+            self._context = zmq.asyncio.Context()
+        sock = self._context.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        try:
+            sock.connect(f"tcp://{connection['ip']}:{int(connection['iopub_port'])}")
+            while True:
+                msg_type, state = kernel_message(await sock.recv_multipart())
+                if state == "busy":
+                    self._busy.add(session_id)
+                elif state is not None:
+                    self._busy.discard(session_id)
+                if msg_type not in _NOT_USE and state != "starting":
+                    self.touch(session_id, "kernel")
+        finally:
+            self._busy.discard(session_id)
+            sock.close(linger=0)
+
+    # --- bookkeeping ------------------------------------------------------------------------
+
+    def forget(self, session_id: str) -> None:
+        """The session ended: stop following it and drop what was known."""
+        self._last.pop(session_id, None)
+        self._busy.discard(session_id)
+        task = self._followers.pop(session_id, None)
+        if task is not None:
+            task.cancel()
+
+    def prune(self, keep: set[str]) -> None:
+        """Forget every session but ``keep`` (the running ones)."""
+        for session_id in (set(self._last) | set(self._followers)) - keep:
+            self.forget(session_id)
+
+    def close(self) -> None:
+        """Stop following kernels (the manager stops)."""
+        for session_id in list(self._followers):
+            self.forget(session_id)
+        if self._context is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self._context.term()
+            self._context = None

@@ -1,0 +1,326 @@
+"""System sessions (SFTP) and idle rules through a real Jupyter server, Docker and clients.
+
+The server is shared by alice, bob and an admin (token users). alice reaches
+her data folders with the real ``sftp`` client; bob's sessions have a short
+``idle_timeout`` (a policy of his), fed by the activity call, the service-port
+proxy and an open SFTP connection, and shown by the API and ``%bai status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import skip_or_fail, started_manager
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from test_server_harness import MULTI_USER, Server, end_all, start_server
+from traitlets.config import Config
+
+from bai_jupyter.errors import Conflict, InvalidRequest
+from bai_jupyter.manager import BaiSessionManager
+from bai_jupyter.model import SessionResult, Status
+
+pytestmark = pytest.mark.timeout(240)
+
+SMALL = {"cpu": "0.25", "mem": "128m"}
+IDLE_TIMEOUT = 6
+CONFIG = (
+    MULTI_USER
+    + f"""
+c.BaiSessionManager.backend = "docker"
+c.BaiSessionManager.watchdog_interval = 0.2
+c.BaiJupyterApp.activity_interval = 0.2
+c.BaiSessionManager.policies = {{"users": {{"bob": {{"idle_timeout": {IDLE_TIMEOUT}}}}}}}
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bai-sftp")
+
+
+@pytest.fixture(scope="module")
+def server(kernel_image: str, root: Path) -> Iterator[Server]:
+    for tool in ("sftp", "scp", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            skip_or_fail(f"no {tool} (apt-get install openssh-client)")
+    running = start_server(root, CONFIG)
+    try:
+        yield running
+    finally:
+        for token in ("alice-token", "bob-token"):
+            running.token = token
+            end_all(running)
+        running.stop()
+
+
+async def _view(server: Server, token: str, key: str, query: str = "") -> dict[str, Any]:
+    reply = await server.fetch("GET", f"bai/api/v1/sessions/{key}{query}", token=token)
+    assert reply.code == 200, reply.body
+    view: dict[str, Any] = json.loads(reply.body)
+    return view
+
+
+def _ssh_options(tmp: Path, sftp: dict[str, Any], key: Path) -> list[str]:
+    known = tmp / "known_hosts"
+    known.write_text(sftp["known_hosts"] + "\n")
+    return [
+        "-i",
+        str(key),
+        "-o",
+        f"UserKnownHostsFile={known}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+    ]
+
+
+async def _run(*argv: str, stdin: str = "") -> tuple[int, str]:
+    """A client command; its exit code and its output (stdout and stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace")
+
+
+def _sftp(sftp: dict[str, Any], options: list[str]) -> list[str]:
+    """The sftp client reading commands from its standard input."""
+    return ["sftp", "-b", "-", "-P", str(sftp["port"]), *options, f"{sftp['user']}@{sftp['host']}"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_sftp_reaches_only_the_owners_folders(
+    server: Server, root: Path, tmp_path: Path
+) -> None:
+    theirs = root / "folders" / "bob" / "private"
+    theirs.mkdir(parents=True)
+    (theirs / "secret.txt").write_text("bob's\n")
+    alice = server.client("alice-token")
+    made = await alice.create({"type": "system", "mounts": ["data"], "resources": SMALL})
+    assert (await alice.wait_for(made.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
+
+    # The login: for everyone who may read the session, the key only for its owner.
+    shown = (await _view(server, "alice-token", made.id))["sftp"]
+    assert set(shown) == {"host", "port", "user", "known_hosts", "command"}
+    assert shown["user"] == "work" and shown["host"] == "127.0.0.1"
+    sftp = (await _view(server, "alice-token", made.id, "?connection=true"))["sftp"]
+    assert sftp["private_key"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    listed = json.loads(
+        (await server.fetch("GET", "bai/api/v1/sessions", token="alice-token")).body
+    )
+    assert "private_key" not in json.dumps(listed)
+    bob = await server.fetch("GET", f"bai/api/v1/sessions/{made.id}", token="bob-token")
+    assert bob.code == 404
+    admin = await server.fetch(
+        "GET", f"bai/api/v1/sessions/{made.id}?connection=true", token="admin-token"
+    )
+    assert admin.code == 403
+
+    key = tmp_path / "key"
+    key.write_text(sftp["private_key"])
+    key.chmod(0o600)
+    options = _ssh_options(tmp_path, sftp, key)
+    (tmp_path / "upload.txt").write_text("sent over sftp\n")
+    batch = f"put {tmp_path}/upload.txt data/upload.txt\nls -1 /\ncd ..\nls -1\n"
+    code, out = await _run(*_sftp(sftp, options), stdin=batch)
+    assert code == 0, out
+    listed = [line.lstrip("/") for line in out.splitlines() if not line.startswith("sftp>")]
+    assert listed == ["data", "data"]  # its root holds the data folders; nothing above it
+    assert (root / "folders" / "alice" / "data" / "upload.txt").read_text() == "sent over sftp\n"
+    (tmp_path / "copied.txt").write_text("sent by scp\n")  # scp speaks SFTP underneath
+    target = f"{sftp['user']}@{sftp['host']}:data/copied.txt"
+    code, out = await _run(
+        "scp", "-P", str(sftp["port"]), *options, f"{tmp_path}/copied.txt", target
+    )
+    assert code == 0, out
+    assert (root / "folders" / "alice" / "data" / "copied.txt").read_text() == "sent by scp\n"
+
+    # Nothing of bob's, however it is named; no shell, no forwarding.
+    for path in ("/../bob/private/secret.txt", "../../bob/private/secret.txt"):
+        code, out = await _run(*_sftp(sftp, options), stdin=f"get {path} {tmp_path}/got\n")
+        assert code != 0 and not (tmp_path / "got").exists(), out
+    where = f"{sftp['user']}@{sftp['host']}"
+    code, out = await _run("ssh", "-p", str(sftp["port"]), *options, where, "cat /etc/passwd")
+    assert code != 0 and "sftp connections only" in out and "root:" not in out
+    code, out = await _run("ssh", "-p", str(sftp["port"]), *options, "-W", "127.0.0.1:2200", where)
+    assert code != 0 and "prohibited" in out, out
+
+    # A compute session mounting the folder reads what came in.
+    job = await alice.create(
+        {"type": "batch", "mounts": ["data"], "resources": SMALL, "startup_command": "cat data/*"}
+    )
+    done = await alice.wait_for(job.id, {Status.TERMINATED}, timeout=90)
+    assert done.result is SessionResult.SUCCESS
+    assert "sent over sftp" in await alice.logs(job.id)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_sftp_with_the_owners_own_key(server: Server, tmp_path: Path) -> None:
+    alice = server.client("alice-token")
+    bad = await server.fetch(
+        "POST",
+        "bai/api/v1/sessions",
+        {"type": "system", "ssh_public_key": "not a key"},
+        token="alice-token",
+    )
+    assert bad.code == 400 and b"ssh_public_key" in bad.body
+    code, out = await _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k"))
+    assert code == 0, out
+    made = await alice.create(
+        {
+            "type": "system",
+            "mounts": ["data"],
+            "resources": SMALL,
+            "ssh_public_key": (tmp_path / "k.pub").read_text(),
+        }
+    )
+    assert (await alice.wait_for(made.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
+    sftp = (await _view(server, "alice-token", made.id, "?connection=true"))["sftp"]
+    assert sftp["private_key"] is None  # the owner holds it
+    options = _ssh_options(tmp_path, sftp, tmp_path / "k")
+    code, out = await _run(*_sftp(sftp, options), stdin="ls -1 /\n")
+    assert code == 0 and "data" in out, out
+    await alice.destroy(made.id)
+
+
+def _status_text(server: Server, session_id: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``%bai status --text`` in a kernel of the session (an IPython shell here)."""
+    monkeypatch.setenv("BAI_JUPYTER_URL", server.url)
+    monkeypatch.setenv("BAI_JUPYTER_TOKEN", "bob-token")
+    monkeypatch.setenv("BACKENDAI_SESSION_ID", session_id)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "bai_jupyter")
+    with capture_output() as cap:
+        shell.run_line_magic("bai", "status --text")
+    return cap.stdout
+
+
+async def _idle(server: Server, session_id: str) -> dict[str, Any]:
+    idle: dict[str, Any] = (await _view(server, "bob-token", session_id))["idle"]
+    return idle
+
+
+Use = Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]
+
+
+async def _used(server: Server, session_id: str, source: str, use: Use) -> None:
+    """Once the session has been idle for a second, ``use`` it: then its idle view names
+    ``source`` as what used it last (its deadline moved by more than the watch's slack).
+    ``use`` may return how to stop using it (a connection held open meanwhile)."""
+    for _ in range(100):
+        if (await _idle(server, session_id))["idle_timeout"]["left"] < IDLE_TIMEOUT - 1:
+            break
+        await asyncio.sleep(0.1)
+    stop = await use()
+    try:
+        for _ in range(100):
+            idle = await _idle(server, session_id)
+            if idle.get("activity") == source:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{source} was not noted: {idle}")
+    finally:
+        if stop is not None:
+            await stop()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bob = server.client("bob-token")
+    web, files = await asyncio.gather(
+        bob.create({"resources": SMALL, "service_ports": ["web:http:8000"]}),
+        bob.create({"type": "system", "resources": SMALL}),
+    )
+    for made in (web, files):
+        assert (await bob.wait_for(made.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
+    served = await bob.exec(web.id, ["sh", "-c", "python3 -m http.server 8000 >/dev/null 2>&1 &"])
+    assert served.exit_code == 0
+
+    for _ in range(100):  # the watch looks at it within its interval
+        idle = await _idle(server, web.id)
+        if idle:
+            break
+        await asyncio.sleep(0.1)
+    assert idle["idle_timeout"]["timeout"] == IDLE_TIMEOUT
+    assert idle["idle_timeout"]["source"] == "policies.users.bob"
+    assert 0 < idle["idle_timeout"]["left"] <= IDLE_TIMEOUT
+
+    async def call() -> None:  # an explicit activity call (RemoteManager → REST)
+        await bob.touch(web.id, "notebook")
+
+    await _used(server, web.id, "notebook", call)
+
+    async def proxied() -> None:  # the service answers through the proxy once it listens
+        for _ in range(100):
+            page = await server.fetch("GET", f"bai/sessions/{web.id}/proxy/web/", token="bob-token")
+            if page.code == 200:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the proxy answered {page.code}: {page.body!r}")
+
+    await _used(server, web.id, "proxy", proxied)
+
+    text = await asyncio.to_thread(_status_text, server, web.id, monkeypatch)
+    assert f"(idle_timeout {IDLE_TIMEOUT} s)" in text and "idle for " in text, text
+
+    # An open SFTP connection keeps a system session in use.
+    sftp = (await _view(server, "bob-token", files.id, "?connection=true"))["sftp"]
+    key = tmp_path / "key"
+    key.write_text(sftp["private_key"])
+    key.chmod(0o600)
+    options = _ssh_options(tmp_path, sftp, key)
+
+    async def connected() -> Callable[[], Awaitable[None]]:
+        held = await asyncio.create_subprocess_exec(
+            "sftp", "-P", str(sftp["port"]), *options, f"{sftp['user']}@{sftp['host']}",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        async def close() -> None:
+            held.kill()
+            await held.wait()
+
+        return close
+
+    await _used(server, files.id, "sftp", connected)
+
+    # Left alone, both end.
+    for made in (web, files):
+        ended = await bob.wait_for(made.id, {Status.TERMINATED}, timeout=60)
+        assert ended.status_info == "idle-timeout"
+        assert await _idle(server, made.id) == {}
+    with pytest.raises(Conflict):
+        await bob.touch(web.id)
+
+
+async def test_a_system_session_needs_an_agent_that_serves_sftp(tmp_path: Path) -> None:
+    """The local backend runs processes: it has no SFTP server to give, and says so."""
+    local = Config({"LocalAgent": {"root": str(tmp_path / "kernels")}})
+    store = f"sqlite:///{tmp_path}/store.sqlite"
+    manager = BaiSessionManager(store_url=store, backend="local", config=local)
+    async with started_manager(manager) as mgr:
+        with pytest.raises(InvalidRequest, match="needs an agent that serves SFTP"):
+            await mgr.create({"type": "system", "mounts": ["data"]}, "alice")
