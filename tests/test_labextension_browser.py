@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import CHROMIUM, CHROMIUM_ARGS, skip_or_fail
-from test_endpoints import endpoint_request
+from endpoint_harness import endpoint_request
 from test_launcher_browser import start_lab
 from test_server_harness import TOKEN, Server, end_all
 from test_widgets_browser import put_notebook
@@ -329,7 +329,9 @@ def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
     # No event says when a replica passes its health check: the section follows it.
     echo.locator('.bai-Status[data-state="ready"]').wait_for(timeout=WAIT)
     assert heading.inner_text().lower() == "endpoints (1)"
-    assert echo.locator('[data-role="replicas"]').inner_text() == "1 ready of 1 wanted (1–2)"
+    assert echo.locator('[data-role="replicas"]').inner_text() == (
+        "Replicas: 1 ready of 1 wanted (min 1, max 2)"
+    )
     assert echo.locator('[data-role="load"]').inner_text() == "Load: 0 in flight · 0 req/s"
     (replica,) = api(lab, "GET", "endpoints/echo")["replicas"]
     line = echo.locator(f'.bai-Replicas li[data-session-id="{replica["session_id"]}"]')
@@ -343,8 +345,10 @@ def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
         .inner_text()
         .startswith("inference of endpoint echo (gen 1) · main1")
     )
-    # The route opens in a new tab, through the lab's own login.
-    route = echo.locator("a.bai-Link", has_text="/bai/endpoints/echo/")
+    # The route opens in a new tab, through the lab's own login, under the lab's URL.
+    assert echo.locator('[data-role="route"]').inner_text() == "Route: /bai/endpoints/echo/ ↗"
+    route = echo.locator('[data-role="route"] a.bai-Link')
+    assert route.get_attribute("href") == f"{lab.url}bai/endpoints/echo/"
     with page.context.expect_page() as opened:
         route.click()
     tab = opened.value
@@ -360,6 +364,12 @@ def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
     echo.locator(".bai-Button", has_text="Scale…").click()
     dialog = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
     accept = dialog.locator("button.jp-mod-accept")
+    assert dialog.locator('[data-role="now"]').inner_text() == (
+        "Now: 1 ready of 1 wanted (min 1, max 2)"
+    )
+    assert dialog.locator("#bai-field-min_replicas").input_value() == "1"
+    assert dialog.locator("#bai-field-max_replicas").input_value() == "2"
+    dialog.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-scale-dialog.png"))
     dialog.locator("#bai-field-min_replicas").fill("3")
     assert dialog.locator("#bai-msg-max_replicas").inner_text() == (
         "must be at least the minimum (3), got 2"
@@ -379,10 +389,15 @@ def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
     refused.locator("#bai-field-min_replicas").fill("2")
     refused.locator("#bai-field-max_replicas").fill("3")
     refused.locator("button.jp-mod-accept").click()
-    echo.locator('[data-role="replicas"]', has_text="2 ready of 2 wanted (2–3)").wait_for(
+    echo.locator('[data-role="replicas"]', has_text="2 ready of 2 wanted (min 2, max 3)").wait_for(
         timeout=WAIT
     )
     assert echo.locator(".bai-Replicas li").count() == 2
+    scaled = api(lab, "GET", "endpoints/echo")
+    assert scaled["spec"]["scaling"]["min_replicas"] == 2
+    assert scaled["spec"]["scaling"]["max_replicas"] == 3
+    assert scaled["ready_replicas"] == 2
+    assert len(scaled["replicas"]) == 2
     newest = echo.locator(".bai-Decisions li").first.inner_text()
     assert re.fullmatch(r"\d+ s ago · 1 → 2: scaling is now 2 to 3 replicas", newest), newest
     page.screenshot(path=str(SHOTS / "endpoint-light.png"))
@@ -402,6 +417,33 @@ def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
     # Delete asks first; then the section goes with the endpoint.
     echo.locator(".bai-Button", has_text="Delete").click()
     confirm = page.locator(".jp-Dialog", has_text="Delete endpoint echo?")
+    assert confirm.locator(".jp-Dialog-body").inner_text() == (
+        "Its route /bai/endpoints/echo/ stops answering and its 2 replicas end."
+    )
+    confirm.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-delete.png"))
     confirm.locator("button.jp-mod-warn").click()
     heading.wait_for(state="detached", timeout=30_000)
     assert api(lab, "GET", "endpoints")["endpoints"] == []
+
+
+def test_an_endpoint_gone_meanwhile_is_not_scaled_and_says_so(
+    lab: Server, page: Any, kernel_image: str, no_endpoint_left: None
+) -> None:
+    scaling = {"min_replicas": 1, "max_replicas": 1, "window": 5}
+    api(lab, "POST", "endpoints", endpoint_request("echo", kernel_image, scaling=scaling))
+    echo = page.locator('.bai-Endpoint[data-endpoint="echo"]')
+    echo.locator('[data-role="replicas"]', has_text="(fixed at 1)").wait_for(timeout=WAIT)
+    echo.locator(".bai-Button", has_text="Scale…").click()
+    dialog = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
+    dialog.locator("#bai-field-max_replicas").fill("2")
+    api(lab, "DELETE", "endpoints/echo")  # someone else, meanwhile
+    dialog.locator("button.jp-mod-accept").click()
+    failed = page.locator(".jp-Dialog", has_text="Endpoint echo was not scaled")
+    failed.wait_for()
+    body = failed.locator(".jp-Dialog-body").inner_text()
+    assert re.fullmatch(r"no endpoint 'echo' of \S+ \(404 not-found\)", body), body
+    # The sidebar no longer shows what is gone, the message still there to read.
+    page.locator("#bai-heading-endpoints").wait_for(state="detached", timeout=30_000)
+    page.screenshot(path=str(SHOTS / "endpoint-scale-failed.png"))
+    failed.locator("button.jp-mod-accept").click()
+    failed.wait_for(state="detached")

@@ -8,13 +8,14 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type { EndpointJSON, EndpointUpdate } from './endpoints';
-import type {
-  AgentJSON,
-  SchedulerJSON,
-  SessionEvent,
-  SessionJSON,
-  SessionRequest,
-  TemplateJSON
+import {
+  pageUrlOf,
+  type AgentJSON,
+  type SchedulerJSON,
+  type SessionEvent,
+  type SessionJSON,
+  type SessionRequest,
+  type TemplateJSON
 } from './model';
 
 const API = 'bai/api/v1';
@@ -28,6 +29,14 @@ export class ApiError extends Error {
   ) {
     super(message);
   }
+}
+
+/** An error as the user reads it: the server's message, then its status and code. */
+export function errorText(error: unknown): string {
+  if (error instanceof ApiError && error.status > 0) {
+    return `${error.message} (${error.status} ${error.code})`;
+  }
+  return error instanceof Error ? error.message : String(error);
 }
 
 /** What `events()` calls while it runs. */
@@ -55,7 +64,7 @@ export class BaiClient {
    * or an endpoint's route (`/bai/endpoints/echo/`), as the API gives them.
    */
   pageUrl(path: string): string {
-    return new URL(path, this.settings.baseUrl).toString();
+    return pageUrlOf(path, this.settings.baseUrl);
   }
 
   private async call<T>(

@@ -9,7 +9,7 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, BaiClient } from './api';
+import { ApiError, BaiClient, errorText } from './api';
 import { h } from './dom';
 import {
   buildRequest,
@@ -107,7 +107,7 @@ export async function confirmThen(
   } catch (error) {
     await showDialog({
       title: `${verb} failed`,
-      body: error instanceof Error ? error.message : String(error),
+      body: errorText(error),
       buttons: [Dialog.okButton()]
     });
   }

@@ -85,13 +85,15 @@ export function endpointTone(endpoint: Pick<EndpointJSON, 'state' | 'error'>): s
   return endpoint.state === 'queued' ? 'queued' : 'starting';
 }
 
-/** `2 ready of 3 wanted (1–4)`. */
+/** `2 ready of 3 wanted (min 1, max 4)`, or `(fixed at 2)` when the bounds are one number. */
 export function replicasText(
   endpoint: Pick<EndpointJSON, 'ready_replicas' | 'desired' | 'spec'>
 ): string {
   const { min_replicas, max_replicas } = endpoint.spec.scaling;
   const range =
-    min_replicas === max_replicas ? `${min_replicas}` : `${min_replicas}–${max_replicas}`;
+    min_replicas === max_replicas
+      ? `fixed at ${min_replicas}`
+      : `min ${min_replicas}, max ${max_replicas}`;
   return `${endpoint.ready_replicas} ready of ${endpoint.desired} wanted (${range})`;
 }
 

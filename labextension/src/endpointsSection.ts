@@ -3,6 +3,8 @@
  * wanted and ready, load, route, replicas, latest scaling decisions and any
  * trouble; Scale… and Delete. Nothing at all while the user has no endpoint.
  */
+import { Clipboard } from '@jupyterlab/apputils';
+
 import { confirmThen } from './dialog';
 import { button, Child, h, section } from './dom';
 import {
@@ -50,6 +52,8 @@ function card(
 ): HTMLElement {
   const { name } = endpoint;
   const replicas = replicasText(endpoint);
+  // Its route under the server's public URL (the page's), as a link and to copy.
+  const route = live.client.pageUrl(endpoint.url);
   const lines: Child[] = [
     h(
       'div',
@@ -69,7 +73,11 @@ function card(
         `gen ${endpoint.generation}`
       )
     ),
-    h('div', { class: 'bai-Session-detail', attrs: { 'data-role': 'replicas' } }, replicas),
+    h(
+      'div',
+      { class: 'bai-Session-detail', attrs: { 'data-role': 'replicas' } },
+      `Replicas: ${replicas}`
+    ),
     h(
       'div',
       {
@@ -85,13 +93,15 @@ function card(
     ),
     h(
       'div',
-      { class: 'bai-Services' },
+      { class: 'bai-Services bai-Route', attrs: { 'data-role': 'route' } },
+      'Route: ',
       h(
         'a',
         {
           class: 'bai-Link',
           attrs: {
-            href: live.client.pageUrl(endpoint.url),
+            href: route,
+            title: route,
             target: '_blank',
             rel: 'noopener noreferrer',
             'data-focus-key': `route-${name}`,
@@ -169,6 +179,9 @@ function card(
         `scale-${name}`,
         () => void scaleDialog(live, endpoint)
       ),
+      button('Copy URL', `Copy the URL of endpoint ${name}`, `copy-${name}`, () =>
+        Clipboard.copyToSystem(route)
+      ),
       button(
         'Delete',
         `Delete endpoint ${name}`,
@@ -176,12 +189,17 @@ function card(
         () =>
           void confirmThen(
             `Delete endpoint ${name}?`,
-            `Its route ${endpoint.url} stops answering and its replicas ` +
-              `(${endpoint.replicas.length}) end.`,
+            `Its route ${endpoint.url} stops answering and ` +
+              (endpoint.replicas.length === 1
+                ? 'its replica ends.'
+                : `its ${endpoint.replicas.length} replicas end.`),
             'Delete',
             async () => {
-              await live.client.deleteEndpoint(name);
-              live.refreshEndpoints(0);
+              try {
+                await live.client.deleteEndpoint(name);
+              } finally {
+                live.refreshEndpoints(0); // gone, or what it is now when that failed
+              }
             }
           ),
         'bai-mod-warn'

@@ -296,6 +296,15 @@ export function idleLines(
   return lines.sort((a, b) => a[0] - b[0]).map(([, line]) => line);
 }
 
+/**
+ * A link the API gives (a path from the server's root, which holds its base URL:
+ * `/user/alice/bai/endpoints/echo/`, or a manager service's full URL) as a full URL
+ * on the server the page came from (`baseUrl`: its public URL, as the page knows it).
+ */
+export function pageUrlOf(path: string, baseUrl: string): string {
+  return new URL(path, baseUrl).toString();
+}
+
 /** A session as people name it: its name, else the first 8 characters of its id. */
 export function label(session: { id: string; name?: string | null }): string {
   return session.name || session.id.slice(0, 8);

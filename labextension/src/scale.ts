@@ -8,7 +8,7 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError } from './api';
+import { ApiError, errorText } from './api';
 import { allowAccept, formRow, showMessage } from './dialog';
 import { h } from './dom';
 import {
@@ -67,10 +67,16 @@ class ScaleForm extends Widget {
       { attrs: { 'aria-label': `Scale endpoint ${endpoint.name}` } },
       h(
         'p',
-        { class: 'bai-Form-intro' },
-        `Now ${replicasText(endpoint)}; ${targetText(endpoint.spec.scaling)}. ` +
-          'Replicas are added at once when the load asks for more, and taken away one per ' +
-          'window while fewer would do.'
+        { class: 'bai-Form-intro', attrs: { 'data-role': 'now' } },
+        h('strong', {}, 'Now: '),
+        replicasText(endpoint)
+      ),
+      h(
+        'p',
+        { class: 'bai-Form-intro bai-Form-hint' },
+        `Within these bounds the load decides (${targetText(endpoint.spec.scaling)}): ` +
+          'replicas are added at once when it asks for more, and taken away one per window ' +
+          'while fewer would do. The same number in both keeps a fixed count.'
       ),
       this.row('min_replicas', 'Minimum replicas', this.min),
       this.row('max_replicas', 'Maximum replicas', this.max),
@@ -140,9 +146,10 @@ export async function scaleDialog(live: LiveState, endpoint: EndpointJSON): Prom
         refusal = scaleMessage(error.message);
         continue;
       }
+      live.refreshEndpoints(0); // what it is now (deleted meanwhile, say)
       await showDialog({
         title: `Endpoint ${endpoint.name} was not scaled`,
-        body: error instanceof Error ? error.message : String(error),
+        body: errorText(error),
         buttons: [Dialog.okButton()]
       });
       return false;

@@ -86,11 +86,11 @@ describe('an endpoint in words', () => {
 
   it('says how many replicas are ready of how many wanted, and the bounds', () => {
     expect(replicasText(endpoint({ ready_replicas: 2, desired: 3 }))).toBe(
-      '2 ready of 3 wanted (1–4)'
+      '2 ready of 3 wanted (min 1, max 4)'
     );
     const fixed = endpoint();
     fixed.spec.scaling = { ...fixed.spec.scaling, min_replicas: 2, max_replicas: 2 };
-    expect(replicasText(fixed)).toBe('2 ready of 2 wanted (2)');
+    expect(replicasText(fixed)).toBe('2 ready of 2 wanted (fixed at 2)');
   });
 
   it('rounds the load as people read it', () => {
