@@ -1,7 +1,7 @@
 """The JupyterLab extension in a real browser, against a real ``jupyter lab`` whose
 sessions run on the real Docker engine: the sidebar, the new-session dialog, the
-queue, a service-port link, a batch job's log, terminate, and the status-bar item of
-a queued notebook.
+queue, a service-port link, a batch job's log, terminate, the status-bar item of
+a queued notebook, and an inference endpoint (its route, scaling it, deleting it).
 
 One lab for the module, on one agent of 2 CPUs, so the tests can fill it and see a
 session wait. Headless Debian ``chromium`` driven by PyPI ``playwright`` (never
@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import CHROMIUM, CHROMIUM_ARGS, skip_or_fail
+from endpoint_harness import endpoint_request
 from test_launcher_browser import start_lab
 from test_server_harness import TOKEN, Server, end_all
 from test_widgets_browser import put_notebook
@@ -296,3 +298,152 @@ def close_notebook(lab: Server, page: Any) -> None:
                 return
         page.wait_for_timeout(100)
     raise AssertionError("the notebook's kernel was not shut down")
+
+
+@pytest.fixture
+def no_endpoint_left(lab: Server) -> Iterator[None]:
+    """Delete what a test left, then wait until its replicas have ended: a kept
+    endpoint would start them again after ``clean`` ends them, and the next tests
+    need the agent to themselves."""
+    yield
+    for endpoint in api(lab, "GET", "endpoints")["endpoints"]:
+        api(lab, "DELETE", f"endpoints/{endpoint['name']}")
+    deadline = time.monotonic() + 60
+    while any(
+        s["meta"].get("endpoint") and s["status"] != "TERMINATED"
+        for s in api(lab, "GET", "sessions")["sessions"]
+    ):
+        assert time.monotonic() < deadline, "the endpoint's replicas did not end"
+        time.sleep(0.2)
+
+
+def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
+    lab: Server, page: Any, kernel_image: str, no_endpoint_left: None
+) -> None:
+    heading = page.locator("#bai-heading-endpoints")
+    assert heading.count() == 0  # no endpoint, no section
+    scaling = {"min_replicas": 1, "max_replicas": 2, "metric": "inflight", "target": 4,
+               "window": 5}  # fmt: skip
+    api(lab, "POST", "endpoints", endpoint_request("echo", kernel_image, scaling=scaling))
+    echo = page.locator('.bai-Endpoint[data-endpoint="echo"]')
+    # No event says when a replica passes its health check: the section follows it.
+    echo.locator('.bai-Status[data-state="ready"]').wait_for(timeout=WAIT)
+    assert heading.inner_text().lower() == "endpoints (1)"
+    assert echo.locator('[data-role="replicas"]').inner_text() == (
+        "Replicas: 1 ready of 1 wanted (min 1, max 2)"
+    )
+    assert echo.locator('[data-role="load"]').inner_text() == "Load: 0 in flight · 0 req/s"
+    (replica,) = api(lab, "GET", "endpoints/echo")["replicas"]
+    line = echo.locator(f'.bai-Replicas li[data-session-id="{replica["session_id"]}"]')
+    assert line.inner_text() == f"{replica['session_id'][:8]} · RUNNING · healthy · gen 1"
+    decision = echo.locator(".bai-Decisions li").first
+    assert re.fullmatch(r"\d+ s ago · 0 → 1: created: min_replicas 1", decision.inner_text())
+    # Its replica is one of "My sessions", and says so.
+    replica_card = page.locator(f'.bai-Session[data-session-id="{replica["session_id"]}"]')
+    assert (
+        replica_card.locator(".bai-Session-detail")
+        .inner_text()
+        .startswith("inference of endpoint echo (gen 1) · main1")
+    )
+    # The route opens in a new tab, through the lab's own login, under the lab's URL.
+    assert echo.locator('[data-role="route"]').inner_text() == "Route: /bai/endpoints/echo/ ↗"
+    route = echo.locator('[data-role="route"] a.bai-Link')
+    assert route.get_attribute("href") == f"{lab.url}bai/endpoints/echo/"
+    with page.context.expect_page() as opened:
+        route.click()
+    tab = opened.value
+    tab.wait_for_load_state()
+    assert tab.url == f"{lab.url}bai/endpoints/echo/"
+    assert '"not found"' in tab.inner_text("body")  # the model server's own 404
+    tab.goto(f"{lab.url}bai/endpoints/echo/predict")
+    assert json.loads(tab.inner_text("body"))["replica"] == replica["session_id"]
+    tab.close()
+    shown = page.locator('section[aria-labelledby="bai-heading-endpoints"]')
+
+    # Scale…: what cannot be meant is said at once, the server's refusal after Scale.
+    echo.locator(".bai-Button", has_text="Scale…").click()
+    dialog = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
+    accept = dialog.locator("button.jp-mod-accept")
+    assert dialog.locator('[data-role="now"]').inner_text() == (
+        "Now: 1 ready of 1 wanted (min 1, max 2)"
+    )
+    assert dialog.locator("#bai-field-min_replicas").input_value() == "1"
+    assert dialog.locator("#bai-field-max_replicas").input_value() == "2"
+    dialog.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-scale-dialog.png"))
+    dialog.locator("#bai-field-min_replicas").fill("3")
+    assert dialog.locator("#bai-msg-max_replicas").inner_text() == (
+        "must be at least the minimum (3), got 2"
+    )
+    assert accept.is_disabled()
+    dialog.locator("#bai-field-max_replicas").fill("40")
+    assert accept.is_enabled()
+    accept.click()
+    refused = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
+    refused.locator("#bai-msg-max_replicas").filter(has_text="got 40").wait_for()
+    assert refused.locator("#bai-msg-max_replicas").inner_text() == (
+        "must be an integer from 1 to 32, got 40"
+    )
+    assert refused.locator("#bai-field-min_replicas").input_value() == "3"
+    assert refused.locator("button.jp-mod-accept").is_disabled()
+    refused.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-scale-refused.png"))
+    refused.locator("#bai-field-min_replicas").fill("2")
+    refused.locator("#bai-field-max_replicas").fill("3")
+    refused.locator("button.jp-mod-accept").click()
+    echo.locator('[data-role="replicas"]', has_text="2 ready of 2 wanted (min 2, max 3)").wait_for(
+        timeout=WAIT
+    )
+    assert echo.locator(".bai-Replicas li").count() == 2
+    scaled = api(lab, "GET", "endpoints/echo")
+    assert scaled["spec"]["scaling"]["min_replicas"] == 2
+    assert scaled["spec"]["scaling"]["max_replicas"] == 3
+    assert scaled["ready_replicas"] == 2
+    assert len(scaled["replicas"]) == 2
+    newest = echo.locator(".bai-Decisions li").first.inner_text()
+    assert re.fullmatch(r"\d+ s ago · 1 → 2: scaling is now 2 to 3 replicas", newest), newest
+    page.screenshot(path=str(SHOTS / "endpoint-light.png"))
+    shown.screenshot(path=str(SHOTS / "endpoint-light-section.png"))
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+        " {theme: 'JupyterLab Dark'})"
+    )
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    page.wait_for_timeout(500)  # the theme's stylesheet applies
+    shown.screenshot(path=str(SHOTS / "endpoint-dark-section.png"))
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+        " {theme: 'JupyterLab Light'})"
+    )
+
+    # Delete asks first; then the section goes with the endpoint.
+    echo.locator(".bai-Button", has_text="Delete").click()
+    confirm = page.locator(".jp-Dialog", has_text="Delete endpoint echo?")
+    assert confirm.locator(".jp-Dialog-body").inner_text() == (
+        "Its route /bai/endpoints/echo/ stops answering and its 2 replicas end."
+    )
+    confirm.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-delete.png"))
+    confirm.locator("button.jp-mod-warn").click()
+    heading.wait_for(state="detached", timeout=30_000)
+    assert api(lab, "GET", "endpoints")["endpoints"] == []
+
+
+def test_an_endpoint_gone_meanwhile_is_not_scaled_and_says_so(
+    lab: Server, page: Any, kernel_image: str, no_endpoint_left: None
+) -> None:
+    scaling = {"min_replicas": 1, "max_replicas": 1, "window": 5}
+    api(lab, "POST", "endpoints", endpoint_request("echo", kernel_image, scaling=scaling))
+    echo = page.locator('.bai-Endpoint[data-endpoint="echo"]')
+    echo.locator('[data-role="replicas"]', has_text="(fixed at 1)").wait_for(timeout=WAIT)
+    echo.locator(".bai-Button", has_text="Scale…").click()
+    dialog = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
+    dialog.locator("#bai-field-max_replicas").fill("2")
+    api(lab, "DELETE", "endpoints/echo")  # someone else, meanwhile
+    dialog.locator("button.jp-mod-accept").click()
+    failed = page.locator(".jp-Dialog", has_text="Endpoint echo was not scaled")
+    failed.wait_for()
+    body = failed.locator(".jp-Dialog-body").inner_text()
+    assert re.fullmatch(r"no endpoint 'echo' of \S+ \(404 not-found\)", body), body
+    # The sidebar no longer shows what is gone, the message still there to read.
+    page.locator("#bai-heading-endpoints").wait_for(state="detached", timeout=30_000)
+    page.screenshot(path=str(SHOTS / "endpoint-scale-failed.png"))
+    failed.locator("button.jp-mod-accept").click()
+    failed.wait_for(state="detached")

@@ -7,13 +7,15 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import type {
-  AgentJSON,
-  SchedulerJSON,
-  SessionEvent,
-  SessionJSON,
-  SessionRequest,
-  TemplateJSON
+import type { EndpointJSON, EndpointUpdate } from './endpoints';
+import {
+  pageUrlOf,
+  type AgentJSON,
+  type SchedulerJSON,
+  type SessionEvent,
+  type SessionJSON,
+  type SessionRequest,
+  type TemplateJSON
 } from './model';
 
 const API = 'bai/api/v1';
@@ -27,6 +29,14 @@ export class ApiError extends Error {
   ) {
     super(message);
   }
+}
+
+/** An error as the user reads it: the server's message, then its status and code. */
+export function errorText(error: unknown): string {
+  if (error instanceof ApiError && error.status > 0) {
+    return `${error.message} (${error.status} ${error.code})`;
+  }
+  return error instanceof Error ? error.message : String(error);
 }
 
 /** What `events()` calls while it runs. */
@@ -49,9 +59,12 @@ export class BaiClient {
     return search === '?' ? base : base + search;
   }
 
-  /** A page of the server (a service-port link `/bai/sessions/…/proxy/web/`) as a full URL. */
+  /**
+   * A page of the server as a full URL: a service-port link (`/bai/sessions/…/proxy/web/`)
+   * or an endpoint's route (`/bai/endpoints/echo/`), as the API gives them.
+   */
   pageUrl(path: string): string {
-    return new URL(path, this.settings.baseUrl).toString();
+    return pageUrlOf(path, this.settings.baseUrl);
   }
 
   private async call<T>(
@@ -133,6 +146,26 @@ export class BaiClient {
 
   async templates(): Promise<TemplateJSON[]> {
     return (await this.call<{ templates: TemplateJSON[] }>('GET', 'templates')).templates;
+  }
+
+  /** The caller's inference endpoints (`all`: everyone's, for an admin). */
+  async endpoints(all = false): Promise<EndpointJSON[]> {
+    const query: Record<string, string> = all ? { all: 'true' } : {};
+    return (await this.call<{ endpoints: EndpointJSON[] }>('GET', 'endpoints', query)).endpoints;
+  }
+
+  endpoint(name: string): Promise<EndpointJSON> {
+    return this.call('GET', `endpoints/${encodeURIComponent(name)}`);
+  }
+
+  /** Change an endpoint's settings (`{"scaling": {"max_replicas": 8}}`); its new view. */
+  updateEndpoint(name: string, change: EndpointUpdate): Promise<EndpointJSON> {
+    return this.call('PATCH', `endpoints/${encodeURIComponent(name)}`, {}, change);
+  }
+
+  /** Delete an endpoint: its route goes, its replicas end. */
+  deleteEndpoint(name: string): Promise<EndpointJSON> {
+    return this.call('DELETE', `endpoints/${encodeURIComponent(name)}`);
   }
 
   /**

@@ -2,12 +2,14 @@
  * The "New session" dialog: every field of a session request, checked by the
  * server as the user types (`POST sessions?dry_run=true`), the server's own
  * message shown next to the field it is about. "Create" stays disabled while the
- * request is invalid.
+ * request is invalid. Also the pieces every dialog of the extension shares: a
+ * form's labelled rows with their messages, an accept button that waits for a
+ * valid form, and "ask first, then act".
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, BaiClient } from './api';
+import { ApiError, BaiClient, errorText } from './api';
 import { h } from './dom';
 import {
   buildRequest,
@@ -24,6 +26,92 @@ import {
 const CHECK_DELAY_MS = 250;
 
 type Input = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
+
+/**
+ * A form's row: its label (bound to the control, or naming the group of controls)
+ * and under the control the message about it, announced and linked to the
+ * control with `aria-describedby` (`bai-msg-<field>`).
+ */
+export function formRow(
+  field: string,
+  text: string,
+  control: HTMLElement
+): { row: HTMLElement; message: HTMLElement } {
+  const message = h('div', {
+    class: 'bai-Form-error',
+    attrs: { id: `bai-msg-${field}`, 'aria-live': 'polite', 'data-field': field }
+  });
+  const first = control.matches('input, select, textarea') ? control : null;
+  const row = h(
+    'div',
+    { class: 'bai-Form-row', attrs: { 'data-row': field } },
+    first
+      ? h('label', { attrs: { for: first.id } }, text)
+      : h('span', { class: 'bai-Form-label' }, text),
+    h(
+      'div',
+      {
+        class: 'bai-Form-control',
+        attrs: { role: first ? undefined : 'group', 'aria-label': first ? undefined : text }
+      },
+      control,
+      message
+    )
+  );
+  row
+    .querySelectorAll('input, select, textarea')
+    .forEach(el => el.setAttribute('aria-describedby', message.id));
+  return { row, message };
+}
+
+/** Show (or clear, with '') the message of a row; its controls are marked invalid meanwhile. */
+export function showMessage(node: HTMLElement, row: HTMLElement | undefined, text: string): void {
+  node.textContent = text;
+  row?.classList.toggle('bai-mod-invalid', Boolean(text));
+  row
+    ?.querySelectorAll('input, select, textarea')
+    .forEach(el =>
+      text ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid')
+    );
+}
+
+/**
+ * Enable a dialog's accept button only for a valid form: JupyterLab's dialog
+ * disables its accept button (and Enter) while its body holds an element marked
+ * `jp-mod-error`, re-read on each input event. `marker` is a hidden element of `body`.
+ * The event goes out in a microtask: a dialog being opened listens only once it is
+ * attached itself, which is after its body.
+ */
+export function allowAccept(body: HTMLElement, marker: HTMLElement, valid: boolean): void {
+  marker.classList.toggle('jp-mod-error', !valid);
+  queueMicrotask(() => body.dispatchEvent(new Event('input', { bubbles: true })));
+}
+
+/** Ask first (`verb` on a warning button), then act; a failure is shown in a dialog. */
+export async function confirmThen(
+  title: string,
+  body: string,
+  verb: string,
+  act: () => Promise<unknown>
+): Promise<void> {
+  const answer = await showDialog({
+    title,
+    body,
+    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: verb })]
+  });
+  if (!answer.button.accept) {
+    return;
+  }
+  try {
+    await act();
+  } catch (error) {
+    await showDialog({
+      title: `${verb} failed`,
+      body: errorText(error),
+      buttons: [Dialog.okButton()]
+    });
+  }
+}
 
 class SessionForm extends Widget {
   private readonly inputs = new Map<keyof FormValues, Input>();
@@ -162,31 +250,8 @@ class SessionForm extends Widget {
   }
 
   private row(field: FormField, text: string, control: HTMLElement): HTMLElement {
-    const message = h('div', {
-      class: 'bai-Form-error',
-      attrs: { id: `bai-msg-${field}`, 'aria-live': 'polite', 'data-field': field }
-    });
+    const { row, message } = formRow(field, text, control);
     this.messages.set(field, message);
-    const first = control.matches('input, select, textarea') ? control : null;
-    const row = h(
-      'div',
-      { class: 'bai-Form-row', attrs: { 'data-row': field } },
-      first
-        ? h('label', { attrs: { for: first.id } }, text)
-        : h('span', { class: 'bai-Form-label' }, text),
-      h(
-        'div',
-        {
-          class: 'bai-Form-control',
-          attrs: { role: first ? undefined : 'group', 'aria-label': first ? undefined : text }
-        },
-        control,
-        message
-      )
-    );
-    row
-      .querySelectorAll('input, select, textarea')
-      .forEach(el => el.setAttribute('aria-describedby', message.id));
     this.rows.set(field, row);
     return row;
   }
@@ -227,27 +292,14 @@ class SessionForm extends Widget {
     }
     for (const [field, node] of this.messages) {
       const text = serverProblem?.[0] === field ? serverProblem[1] : (problems[field] ?? '');
-      node.textContent = text;
-      const row = this.rows.get(field);
-      row?.classList.toggle('bai-mod-invalid', Boolean(text));
-      row
-        ?.querySelectorAll('input, select, textarea')
-        .forEach(el =>
-          text ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid')
-        );
+      showMessage(node, this.rows.get(field), text);
     }
     this.valid = !serverProblem && !Object.keys(problems).length;
     this.setAccept();
   }
 
-  /**
-   * "Create" is enabled only for a request the server accepted: JupyterLab's dialog
-   * disables its accept button (and Enter) while it holds an element marked
-   * `jp-mod-error`, re-read on each input event.
-   */
   private setAccept(): void {
-    this.marker.classList.toggle('jp-mod-error', !this.valid);
-    this.node.dispatchEvent(new Event('input', { bubbles: true }));
+    allowAccept(this.node, this.marker, this.valid);
   }
 
   protected onAfterAttach(): void {

@@ -59,6 +59,17 @@ export function button(
   );
 }
 
+/** A labelled region of a view: its heading (`bai-heading-<key>`) and its content. */
+export function section(title: string, key: string, ...content: Child[]): HTMLElement {
+  const headingId = `bai-heading-${key}`;
+  return h(
+    'section',
+    { class: 'bai-Section', attrs: { 'aria-labelledby': headingId } },
+    h('h3', { class: 'bai-Section-title', attrs: { id: headingId } }, title),
+    ...content
+  );
+}
+
 /**
  * Replace `host`'s children with `render()`'s, keeping keyboard focus (by
  * `data-focus-key`) and the scroll position, so a redraw never loses the user's place.

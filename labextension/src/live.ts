@@ -2,16 +2,26 @@
  * Keeps a `BaiState` current from the server: one full read at (re)connection,
  * then the event stream. Each event is folded in at once (the views redraw with
  * the new status), then what events do not carry is re-read: the session (why it
- * waits, services, result), and the queue and agents after a status change.
- * Nothing is polled.
+ * waits, services, result), the queue and agents after a status change, and the
+ * endpoints after an event of one of their replicas. Sessions are never polled;
+ * endpoints are read again every few seconds only while the sidebar shows them and
+ * one is not steady (a replica starting, failing its checks or draining: no event
+ * says when that ends) or serves requests (its load moves).
  */
 import { ApiError, BaiClient } from './api';
+import { EndpointJSON, refreshDelay, replicaOf } from './endpoints';
 import { BaiState, SessionEvent } from './model';
 
 export class LiveState {
   readonly state = new BaiState();
   private abort = new AbortController();
   private clusterTimer: ReturnType<typeof setTimeout> | null = null;
+  private endpointsTimer: ReturnType<typeof setTimeout> | null = null;
+  private endpointsDue = 0;
+  /** Bumped by every read of the endpoints, so an older reply never overwrites a newer one. */
+  private endpointReads = 0;
+  /** Whether a view shows the endpoints (only then are they polled). */
+  private watching = false;
 
   constructor(
     readonly client: BaiClient,
@@ -38,6 +48,9 @@ export class LiveState {
 
   dispose(): void {
     this.abort.abort();
+    if (this.endpointsTimer !== null) {
+      clearTimeout(this.endpointsTimer);
+    }
   }
 
   setAll(all: boolean): void {
@@ -49,6 +62,7 @@ export class LiveState {
 
   /** Everything, read again. */
   async reload(): Promise<void> {
+    void this.readEndpoints();
     try {
       const [sessions, scheduler, agents] = await Promise.all([
         this.client.sessions(this.all),
@@ -75,6 +89,56 @@ export class LiveState {
     }
   }
 
+  /** Whether the endpoints are on screen: while they are, unsteady ones are followed. */
+  watchEndpoints(watching: boolean): void {
+    if (watching !== this.watching) {
+      this.watching = watching;
+      if (watching) {
+        this.refreshEndpoints(0); // what changed while nobody looked
+      }
+    }
+  }
+
+  /** Read the endpoints in `delayMs` (or sooner, when a read is due sooner already). */
+  refreshEndpoints(delayMs = 50): void {
+    const due = Date.now() + delayMs;
+    if (this.endpointsTimer !== null) {
+      if (this.endpointsDue <= due) {
+        return;
+      }
+      clearTimeout(this.endpointsTimer);
+    }
+    this.endpointsDue = due;
+    this.endpointsTimer = setTimeout(() => {
+      this.endpointsTimer = null;
+      void this.readEndpoints();
+    }, delayMs);
+  }
+
+  /** An endpoint's view from a reply (after a change of the user's), then its next round. */
+  showEndpoint(endpoint: EndpointJSON): void {
+    ++this.endpointReads;
+    this.state.loadEndpoint(endpoint);
+    // The keeper acts on a change in its next round: read it again then.
+    this.refreshEndpoints(1500);
+  }
+
+  private async readEndpoints(): Promise<void> {
+    const read = ++this.endpointReads;
+    try {
+      const endpoints = await this.client.endpoints(this.all);
+      if (read === this.endpointReads) {
+        this.state.loadEndpoints(endpoints);
+      }
+    } catch (error) {
+      console.warn('bai-jupyter: could not read the endpoints', error);
+    }
+    const delay = this.watching ? refreshDelay(this.state.endpoints) : null;
+    if (read === this.endpointReads && delay !== null) {
+      this.refreshEndpoints(delay);
+    }
+  }
+
   private async onEvent(event: SessionEvent): Promise<void> {
     const folded = this.state.fold(event);
     // A pending session's event may be a scheduler pass's new why-pending record:
@@ -91,6 +155,10 @@ export class LiveState {
       }
     } catch (error) {
       console.warn('bai-jupyter: could not re-read a session', error);
+    }
+    const session = this.state.sessions.get(event.session_id);
+    if (session && replicaOf(session)) {
+      this.refreshEndpoints(); // a replica came, went, or changed status
     }
   }
 

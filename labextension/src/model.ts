@@ -2,6 +2,7 @@
  * What the views show, folded from API replies and the event stream. No DOM,
  * no JupyterLab: plain data and functions, unit-tested on their own.
  */
+import type { EndpointJSON } from './endpoints';
 
 // --- the API's shapes (docs/api.md) -----------------------------------------------------------
 
@@ -295,6 +296,15 @@ export function idleLines(
   return lines.sort((a, b) => a[0] - b[0]).map(([, line]) => line);
 }
 
+/**
+ * A link the API gives (a path from the server's root, which holds its base URL:
+ * `/user/alice/bai/endpoints/echo/`, or a manager service's full URL) as a full URL
+ * on the server the page came from (`baseUrl`: its public URL, as the page knows it).
+ */
+export function pageUrlOf(path: string, baseUrl: string): string {
+  return new URL(path, baseUrl).toString();
+}
+
 /** A session as people name it: its name, else the first 8 characters of its id. */
 export function label(session: { id: string; name?: string | null }): string {
   return session.name || session.id.slice(0, 8);
@@ -446,7 +456,7 @@ export interface Folded {
 }
 
 /**
- * The caller's sessions, the queue and the agents, kept current by full API
+ * The caller's sessions, endpoints, the queue and the agents, kept current by full API
  * replies (`load…`) and by events (`fold`). Listeners run after every change.
  */
 export class BaiState {
@@ -455,6 +465,8 @@ export class BaiState {
   readonly loadedAt = new Map<string, number>();
   scheduler: SchedulerJSON | null = null;
   agents: AgentJSON[] = [];
+  /** The user's inference endpoints, by name. */
+  endpoints: EndpointJSON[] = [];
   /** JupyterLab's running kernels: their id, kernelspec and the notebook using each. */
   kernels: JupyterKernel[] = [];
   /** Set when the event stream is down (shown to the user), null while it is live. */
@@ -509,6 +521,16 @@ export class BaiState {
   loadAgents(agents: AgentJSON[]): void {
     this.agents = agents;
     this.changed();
+  }
+
+  loadEndpoints(endpoints: EndpointJSON[]): void {
+    this.endpoints = [...endpoints].sort((a, b) => a.name.localeCompare(b.name));
+    this.changed();
+  }
+
+  /** One endpoint as the API gives it (after a change): replaces what the state had. */
+  loadEndpoint(endpoint: EndpointJSON): void {
+    this.loadEndpoints([...this.endpoints.filter(e => e.name !== endpoint.name), endpoint]);
   }
 
   /** Apply an event's status and kernel states at once (the full record follows). */

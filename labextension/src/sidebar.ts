@@ -1,11 +1,15 @@
 /**
- * The left sidebar "bai sessions": the user's sessions (newest first), the queue of
- * each resource group, and the agents, redrawn from the live state on every change.
+ * The left sidebar "bai sessions": the user's sessions (newest first), their
+ * inference endpoints, the queue of each resource group, and the agents, redrawn
+ * from the live state on every change.
  */
-import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
+import { Clipboard } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { button, Child, h, redraw } from './dom';
+import { confirmThen } from './dialog';
+import { button, Child, h, redraw, section } from './dom';
+import { replicaOf } from './endpoints';
+import { endpointsSection } from './endpointsSection';
 import { LiveState } from './live';
 import {
   ageText,
@@ -68,7 +72,17 @@ export class SessionsSidebar extends Widget {
 
   dispose(): void {
     clearInterval(this.ticker);
+    this.live.watchEndpoints(false);
     super.dispose();
+  }
+
+  /** Endpoints on their way somewhere are followed only while the sidebar shows them. */
+  protected onAfterShow(): void {
+    this.live.watchEndpoints(true);
+  }
+
+  protected onAfterHide(): void {
+    this.live.watchEndpoints(false);
   }
 
   configure(options: SidebarOptions): void {
@@ -97,12 +111,16 @@ export class SessionsSidebar extends Widget {
   }
 
   private draw(): void {
-    redraw(this.body, this.node, () => [
-      this.header(),
-      this.sessionsSection(),
-      ...this.queueSections(),
-      this.agentsSection()
-    ]);
+    redraw(this.body, this.node, () => {
+      const endpoints = endpointsSection(this.live, id => this.reveal(id));
+      return [
+        this.header(),
+        this.sessionsSection(),
+        ...(endpoints ? [endpoints] : []),
+        ...this.queueSections(),
+        this.agentsSection()
+      ];
+    });
   }
 
   private header(): HTMLElement {
@@ -118,7 +136,12 @@ export class SessionsSidebar extends Widget {
         () => this.actions.newSession(),
         'bai-mod-accept'
       ),
-      button('↻', 'Reload sessions, queue and agents', 'reload', () => void this.live.reload()),
+      button(
+        '↻',
+        'Reload sessions, endpoints, queue and agents',
+        'reload',
+        () => void this.live.reload()
+      ),
       offline
         ? h(
             'p',
@@ -126,16 +149,6 @@ export class SessionsSidebar extends Widget {
             `Not live: ${offline} (retrying)`
           )
         : null
-    );
-  }
-
-  private section(title: string, key: string, ...content: Child[]): HTMLElement {
-    const headingId = `bai-heading-${key}`;
-    return h(
-      'section',
-      { class: 'bai-Section', attrs: { 'aria-labelledby': headingId } },
-      h('h3', { class: 'bai-Section-title', attrs: { id: headingId } }, title),
-      ...content
     );
   }
 
@@ -157,7 +170,7 @@ export class SessionsSidebar extends Widget {
           ...sessions.map(session => this.card(session, names))
         )
       : h('p', { class: 'bai-Empty' }, 'No sessions yet. Start one with “New session”.');
-    return this.section(`My sessions (${live.length} live)`, 'sessions', content);
+    return section(`My sessions (${live.length} live)`, 'sessions', content);
   }
 
   private card(session: SessionJSON, names: Map<string, string>): HTMLElement {
@@ -169,6 +182,7 @@ export class SessionsSidebar extends Widget {
     const result = resultText(session);
     const ended = isEnded(session.status);
     const kernels = state.kernelsOf(session);
+    const replica = replicaOf(session);
     const notebook =
       typeof session.meta?.notebook_path === 'string' ? session.meta.notebook_path : null;
     const status = h(
@@ -188,6 +202,7 @@ export class SessionsSidebar extends Widget {
         'div',
         { class: 'bai-Session-detail' },
         h('span', { class: 'bai-Session-type' }, session.spec.type),
+        replica ? ` of endpoint ${replica.name} (gen ${replica.generation})` : null,
         ' · ',
         h('span', { attrs: { 'aria-label': 'cluster hosts' } }, clusterHosts(session)),
         ' · ',
@@ -333,7 +348,7 @@ export class SessionsSidebar extends Widget {
           `Interrupt what main1 of ${name} runs`,
           `int-${id}`,
           () =>
-            void this.confirm(
+            void confirmThen(
               `Interrupt ${name}?`,
               'What its main1 kernel runs now stops (SIGINT).',
               'Interrupt',
@@ -360,35 +375,10 @@ export class SessionsSidebar extends Widget {
       verb === 'Cancel'
         ? `${name} leaves the queue and never starts.`
         : `Its kernels (${clusterHosts(session)}) stop and their containers are removed.`;
-    await this.confirm(`${verb} session ${name}?`, what, verb, async () => {
+    await confirmThen(`${verb} session ${name}?`, what, verb, async () => {
       await this.live.client.destroy(session.id);
       await this.live.refresh(session.id);
     });
-  }
-
-  private async confirm(
-    title: string,
-    body: string,
-    verb: string,
-    act: () => Promise<unknown>
-  ): Promise<void> {
-    const answer = await showDialog({
-      title,
-      body,
-      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: verb })]
-    });
-    if (!answer.button.accept) {
-      return;
-    }
-    try {
-      await act();
-    } catch (error) {
-      await showDialog({
-        title: `${verb} failed`,
-        body: error instanceof Error ? error.message : String(error),
-        buttons: [Dialog.okButton()]
-      });
-    }
   }
 
   private queueSections(): HTMLElement[] {
@@ -404,7 +394,7 @@ export class SessionsSidebar extends Widget {
           )
         : h('p', { class: 'bai-Empty' }, 'Nobody waits.');
       const title = `Queue · ${group} (${info.sequencer}, ${queue.length} pending)`;
-      return this.section(title, `queue-${group}`, content);
+      return section(title, `queue-${group}`, content);
     });
   }
 
@@ -443,7 +433,7 @@ export class SessionsSidebar extends Widget {
           ...agents.map(a => this.agent(a))
         )
       : h('p', { class: 'bai-Empty' }, 'No agents.');
-    return this.section(`Agents (${agents.length})`, 'agents', content);
+    return section(`Agents (${agents.length})`, 'agents', content);
   }
 
   private agent(agent: AgentJSON): HTMLElement {

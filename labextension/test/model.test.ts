@@ -13,6 +13,7 @@ import {
   fieldOfMessage,
   idleLines,
   messageText,
+  pageUrlOf,
   queueOrder,
   queuePositions,
   resourcesText,
@@ -228,6 +229,22 @@ describe('why a session waits, in words', () => {
     expect(whyPending(session(EVAL))).toBeNull();
     const running = session(EVAL, { status: 'RUNNING', status_data: { scheduler: { msg: 'x' } } });
     expect(whyPending(running)).toBeNull();
+  });
+});
+
+describe('links the API gives', () => {
+  it('open on the server the page came from, under its base URL', () => {
+    const base = 'https://hub.example.org/user/alice/';
+    expect(pageUrlOf('/user/alice/bai/endpoints/echo/', base)).toBe(
+      'https://hub.example.org/user/alice/bai/endpoints/echo/'
+    );
+    // A shared manager's route, through the Hub's proxy on the same host.
+    expect(pageUrlOf('/services/bai-jupyter/bai/endpoints/echo/', base)).toBe(
+      'https://hub.example.org/services/bai-jupyter/bai/endpoints/echo/'
+    );
+    expect(pageUrlOf('https://models.example.org/bai/endpoints/echo/', base)).toBe(
+      'https://models.example.org/bai/endpoints/echo/'
+    );
   });
 });
 
