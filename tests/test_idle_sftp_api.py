@@ -202,15 +202,20 @@ async def test_sftp_with_the_owners_own_key(server: Server, tmp_path: Path) -> N
     await alice.destroy(made.id)
 
 
-def _status_text(server: Server, session_id: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """``%bai status --text`` in a kernel of the session (an IPython shell here)."""
+def _status_text(
+    server: Server, monkeypatch: pytest.MonkeyPatch, token: str, line: str, own: str | None
+) -> str:
+    """``%bai LINE`` in a kernel of session ``own`` (None: of no session; an IPython shell)."""
     monkeypatch.setenv("BAI_JUPYTER_URL", server.url)
-    monkeypatch.setenv("BAI_JUPYTER_TOKEN", "bob-token")
-    monkeypatch.setenv("BACKENDAI_SESSION_ID", session_id)
+    monkeypatch.setenv("BAI_JUPYTER_TOKEN", token)
+    if own is None:
+        monkeypatch.delenv("BACKENDAI_SESSION_ID", raising=False)
+    else:
+        monkeypatch.setenv("BACKENDAI_SESSION_ID", own)
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "bai_jupyter")
     with capture_output() as cap:
-        shell.run_line_magic("bai", "status --text")
+        shell.run_line_magic("bai", line)
     return cap.stdout
 
 
@@ -282,7 +287,9 @@ async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
 
     await _used(server, web.id, "proxy", proxied)
 
-    text = await asyncio.to_thread(_status_text, server, web.id, monkeypatch)
+    text = await asyncio.to_thread(
+        _status_text, server, monkeypatch, "bob-token", "status --text", web.id
+    )
     assert f"(idle_timeout {IDLE_TIMEOUT} s)" in text and "idle for " in text, text
 
     # An open SFTP connection keeps a system session in use.
@@ -326,7 +333,7 @@ async def _cli(server: Server, token: str, *args: str) -> tuple[int, str]:
 @pytest.mark.docker
 @pytest.mark.slow
 async def test_the_command_line_makes_sessions_of_each_kind_and_an_sftp_login(
-    server: Server, root: Path, tmp_path: Path
+    server: Server, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch job to its result, a system session to its SFTP login files, then gone."""
     job = tmp_path / "job.json"
@@ -347,6 +354,10 @@ async def test_the_command_line_makes_sessions_of_each_kind_and_an_sftp_login(
     assert code == 0 and "system · RUNNING" in out and "sftp: sftp -P" in out, out
     code, out = await _cli(server, "alice-token", "list")
     assert code == 0 and "cli-files" in out and "RUNNING" in out, out
+    shown = await asyncio.to_thread(
+        _status_text, server, monkeypatch, "alice-token", "status cli-files --text", None
+    )
+    assert "system · RUNNING" in shown and "sftp: sftp -P" in shown, shown
     code, out = await _cli(server, "bob-token", "sftp", "cli-files", "--dir", str(tmp_path))
     assert code == 1 and "not-found" in out and not (tmp_path / "cli-files.key").exists(), out
     code, out = await _cli(server, "alice-token", "sftp", "cli-files", "--dir", str(tmp_path))

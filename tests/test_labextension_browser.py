@@ -133,11 +133,17 @@ def fill_dialog(page: Any, **fields: str) -> Any:
 
 
 def create_from_dialog(page: Any, open_notebook: bool = False, **fields: str) -> None:
-    dialog = fill_dialog(page, **fields)
+    accept_dialog(page, fill_dialog(page, **fields), fields.get("type"), open_notebook)
+
+
+def accept_dialog(
+    page: Any, dialog: Any, type: str | None = None, open_notebook: bool = False
+) -> None:
+    """Create once the server accepts the form; an interactive session's notebook offer answered."""
     accept = dialog.locator("button.jp-mod-accept")
     page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
     accept.click()
-    if fields.get("type", "interactive") == "interactive":
+    if type in (None, "interactive"):
         offer = page.locator(".jp-Dialog", has_text="Open a notebook")
         offer.wait_for()
         label = "Open notebook" if open_notebook else "Not now"
@@ -239,6 +245,20 @@ def test_a_batch_jobs_log_is_followed_to_its_result(lab: Server, page: Any) -> N
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Logs: job").locator(
         ".lm-TabBar-tabCloseIcon"
     ).click()
+
+
+def test_a_system_session_from_the_dialog_shows_its_sftp_login(lab: Server, page: Any) -> None:
+    dialog = fill_dialog(page, type="system", name="files", cpu="0.25", mem="128m", mounts="data")
+    assert dialog.locator("#bai-field-cluster_size").is_hidden()
+    assert dialog.locator("#bai-field-startup_command").is_hidden()
+    accept_dialog(page, dialog, "system")
+    files = wait_status(page, "files", "RUNNING")
+    login = files.locator('[data-role="sftp"] code')
+    login.wait_for(timeout=WAIT)
+    assert re.fullmatch(r"sftp -P \d+ -i KEY_FILE work@127\.0\.0\.1", login.inner_text())
+    files.screenshot(path=str(SHOTS / "system-session.png"))
+    terminate(page, "files")
+    files.locator('.bai-Status[data-status="TERMINATED"]').wait_for(timeout=WAIT)
 
 
 def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> None:

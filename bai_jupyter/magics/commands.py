@@ -74,19 +74,23 @@ class BaiMagics(Magics):
     # Each command's parser comes from its magic_arguments decorators; its help is its doc.
 
     @magic_arguments("bai status")
+    @argument("session", nargs="?", help="a session id or name to show in full")
     @argument("--text", action="store_true", help="plain text even where widgets can be shown")
     def _status(self, line: str) -> None:
-        """This kernel's cluster (hosts, roles, resources, state, service ports) inside a
-        bai session; elsewhere your sessions and the queue."""
+        """A session in full (hosts, roles, resources, state, idle rules, service ports, a
+        system session's sftp line): SESSION, else this kernel's inside a bai session;
+        elsewhere your sessions and the queue."""
         args = parse_argstring(self._status, line)
         session_id = own_session()
         try:
             remote = find_manager()
         except Unavailable as exc:
-            if session_id is None:
+            if session_id is None or args.session:
                 raise
             print(f"{env_cluster_text()}\n(no manager: {exc.message})")
             return
+        if args.session:
+            session_id = _LOOP.run(remote.get_json(args.session))["id"]
         if _widgets_shown(self.shell) and not args.text:
             from ..widgets import Launcher, SessionsView, live_view
 

@@ -158,7 +158,8 @@ class SessionForm extends Widget {
         'Type',
         select('type', [
           ['interactive', 'interactive (a notebook, service ports)'],
-          ['batch', 'batch (runs a command, then ends)']
+          ['batch', 'batch (runs a command, then ends)'],
+          ['system', 'system (SFTP to your data folders, one kernel)']
         ])
       ),
       this.row('cluster_size', 'Cluster size', text('cluster_size', '1', 'number')),
@@ -257,9 +258,13 @@ class SessionForm extends Widget {
   }
 
   private showBatchFields(): void {
-    const batch = this.inputs.get('type')!.value === 'batch';
+    const type = this.inputs.get('type')!.value;
+    const batch = type === 'batch';
     this.rows.get('startup_command')!.hidden = !batch;
     this.rows.get('batch_timeout')!.hidden = !batch;
+    // A system session is one kernel serving SFTP: no cluster to shape.
+    this.rows.get('cluster_size')!.hidden = type === 'system';
+    this.rows.get('cluster_mode')!.hidden = type === 'system';
   }
 
   private scheduleCheck(): void {

@@ -674,8 +674,9 @@ export function buildRequest(form: FormValues): {
   if (form.template.trim()) {
     request.template = form.template.trim();
   }
+  const system = form.type === 'system'; // one kernel: its cluster rows are hidden
   for (const key of ['name', 'image', 'cluster_mode'] as const) {
-    if (form[key].trim()) {
+    if (form[key].trim() && !(system && key === 'cluster_mode')) {
       request[key] = form[key].trim();
     }
   }
@@ -687,6 +688,8 @@ export function buildRequest(form: FormValues): {
     const value = Number(text);
     if (!Number.isFinite(value)) {
       problems[key] = `must be a number, got ${JSON.stringify(text)}`;
+    } else if (system && key === 'cluster_size') {
+      continue;
     } else if (key !== 'batch_timeout' || form.type === 'batch') {
       request[key] = value;
     }

@@ -333,6 +333,17 @@ describe('the create form', () => {
     expect(request.batch_timeout).toBeUndefined();
   });
 
+  it('asks a system session for its data folders, not for a cluster', () => {
+    const { request } = buildRequest({
+      ...EMPTY_FORM,
+      type: 'system',
+      cluster_size: '3',
+      cluster_mode: 'multi-node',
+      mounts: 'data, results'
+    });
+    expect(request).toEqual({ type: 'system', mounts: ['data', 'results'] });
+  });
+
   it('says which field cannot even be sent', () => {
     const { problems } = buildRequest({ ...EMPTY_FORM, env: 'A=1\noops', cluster_size: 'two' });
     expect(problems.env).toBe('line 2: write NAME=value, got "oops"');
