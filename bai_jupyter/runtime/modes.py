@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 #: Seconds the runtime outlives an exited ipykernel, for a SIGHUP: Jupyter restarts a
 #: kernel by asking it to shut down first, and only then (via the manager) sends SIGHUP.
 RESTART_GRACE = 5.0
+#: Seconds the runtime waits for a new ipykernel to listen before it says ready anyway.
+KERNEL_LISTEN_TIMEOUT = 60.0
 
 
 # --- modes ----------------------------------------------------------------------------------
@@ -46,6 +48,7 @@ def run_kernel(
             raise RuntimeFailure(f"cannot start the kernel ({args.python}): {e}") from e
 
     kernel = start()
+    written = kernel_file.stat().st_mtime_ns
     say(f"kernel started (pid {kernel.pid})")
     if sshd is not None:
         try:
@@ -53,6 +56,10 @@ def run_kernel(
         except RuntimeFailure:
             sup.stop(kernel, grace=0)
             raise
+    _wait_listening(sup, kernel, kernel_file, written)
+    if kernel.returncode is not None:  # died while starting: the session never runs
+        say(f"kernel exited with code {kernel.returncode} before it listened")
+        return exit_code(kernel.returncode) or 1
     say(READY)
     exited_at: float | None = None
     while True:
@@ -78,6 +85,27 @@ def run_kernel(
             sup.wait(left)
             continue
         sup.wait(None)
+
+
+def _wait_listening(
+    sup: Supervisor, kernel: subprocess.Popen[Any], kernel_file: Path, written: int
+) -> None:
+    """Until the ipykernel listens (it rewrites its connection file once its ports are
+    bound), exits, or a signal comes; at most :data:`KERNEL_LISTEN_TIMEOUT` seconds.
+
+    So a kernel that dies at start (a broken image, a missing package) fails the
+    session's start, with its log, instead of a RUNNING session whose kernel is dead."""
+    deadline = time.monotonic() + KERNEL_LISTEN_TIMEOUT
+    while kernel.returncode is None and not sup.signals_pending:
+        try:
+            if kernel_file.stat().st_mtime_ns != written:
+                return
+        except OSError:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        sup.wait(min(left, 0.05))
 
 
 def run_command(
