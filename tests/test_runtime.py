@@ -723,3 +723,13 @@ def test_a_kernel_that_dies_at_start_never_says_ready(
     assert "no driver here\n" in rt.err
     assert "bai-runtime: kernel exited with code 1 before it listened\n" in rt.err
     assert "bai-runtime: ready" not in rt.err
+
+
+@pytest.mark.slow
+@kernel_test
+def test_the_ready_line_comes_once_the_kernel_listens(kernel: Kernel) -> None:
+    """Ready is said as soon as main1's ipykernel listens (its heartbeat port), no sooner."""
+    kernel.rt.wait_for("bai-runtime: ready", timeout=20)
+    with socket.create_connection(("127.0.0.1", kernel.connection["hb_port"]), timeout=5):
+        pass
+    assert kernel.run("print(6 * 7)")["stdout"] == "42\n"

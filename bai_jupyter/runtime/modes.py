@@ -48,7 +48,6 @@ def run_kernel(
             raise RuntimeFailure(f"cannot start the kernel ({args.python}): {e}") from e
 
     kernel = start()
-    written = kernel_file.stat().st_mtime_ns
     say(f"kernel started (pid {kernel.pid})")
     if sshd is not None:
         try:
@@ -56,7 +55,8 @@ def run_kernel(
         except RuntimeFailure:
             sup.stop(kernel, grace=0)
             raise
-    _wait_listening(sup, kernel, kernel_file, written)
+    if connection.get("transport", "tcp") == "tcp" and connection.get("hb_port"):
+        _wait_listening(sup, kernel, int(connection["hb_port"]))
     if kernel.returncode is not None:  # died while starting: the session never runs
         say(f"kernel exited with code {kernel.returncode} before it listened")
         return exit_code(kernel.returncode) or 1
@@ -87,25 +87,40 @@ def run_kernel(
         sup.wait(None)
 
 
-def _wait_listening(
-    sup: Supervisor, kernel: subprocess.Popen[Any], kernel_file: Path, written: int
-) -> None:
-    """Until the ipykernel listens (it rewrites its connection file once its ports are
-    bound), exits, or a signal comes; at most :data:`KERNEL_LISTEN_TIMEOUT` seconds.
+def _wait_listening(sup: Supervisor, kernel: subprocess.Popen[Any], port: int) -> None:
+    """Until the ipykernel listens on ``port`` (its heartbeat, bound after its other
+    sockets), exits, or a signal comes; at most :data:`KERNEL_LISTEN_TIMEOUT` seconds.
 
     So a kernel that dies at start (a broken image, a missing package) fails the
-    session's start, with its log, instead of a RUNNING session whose kernel is dead."""
+    session's start, with its log, instead of a RUNNING session whose kernel is dead.
+    Where ``/proc/net/tcp`` cannot be read (not Linux), it does not wait."""
     deadline = time.monotonic() + KERNEL_LISTEN_TIMEOUT
     while kernel.returncode is None and not sup.signals_pending:
-        try:
-            if kernel_file.stat().st_mtime_ns != written:
-                return
-        except OSError:
+        listening = _listening(port)
+        if listening is None or listening:
             return
         left = deadline - time.monotonic()
         if left <= 0:
             return
         sup.wait(min(left, 0.05))
+
+
+def _listening(port: int) -> bool | None:
+    """Whether a TCP socket of this network namespace listens on ``port``; None: unknown."""
+    found = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        found = False
+        for row in rows:
+            fields = row.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN
+            if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
+                return True
+    return found
 
 
 def run_command(
