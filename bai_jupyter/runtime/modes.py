@@ -110,8 +110,7 @@ def _listening(port: int) -> bool | None:
     found = None
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            with open(table, encoding="ascii") as f:
-                rows = f.read().splitlines()[1:]
+            rows = Path(table).read_text(encoding="ascii").splitlines()[1:]
         except OSError:
             continue
         found = False
