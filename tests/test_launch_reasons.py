@@ -1,12 +1,14 @@
-"""A bai kernel that dies at start: the server log and the launch error say why.
+"""A bai kernel that dies at start: the launch error Jupyter shows says why.
 
-Jupyter itself reports only "the kernel died"; the reason is in the session's
-status and main1's log, which the provisioner now reports.
+Jupyter itself reports only "the kernel died"; the reason is in the session's status
+and main1's log. The runtime says ready only once the ipykernel listens, so a kernel
+that dies at start fails its session's start, and the launch's error (the dialog
+JupyterLab shows, the reply's ``message``) carries the status, the reason and main1's
+last log lines.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -18,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 MARK = "no-gpu-driver-here: this kernel cannot start"
 
 
-async def test_a_kernel_that_dies_at_start_is_explained_in_the_server_log(tmp_path: Path) -> None:
+async def test_a_kernel_that_dies_at_start_is_explained_in_the_launch_error(tmp_path: Path) -> None:
     from bai_jupyter.kernelspecs import kernelspec_json
 
     # An ipykernel_launcher that fails the way a broken image's would; the runtime is fine.
@@ -32,15 +34,20 @@ async def test_a_kernel_that_dies_at_start_is_explained_in_the_server_log(tmp_pa
     (spec_dir / "kernel.json").write_text(json.dumps(kernelspec_json("bai broken", config)))
     server = start_server(root, 'c.BaiSessionManager.backend = "local"\n')
     try:
-        reply = await server.fetch("POST", "api/kernels", {"name": "bai-broken"})
-        assert reply.code < 500 or MARK in reply.body.decode(), (reply.code, reply.body)
-        for _ in range(120):  # until the provisioner has seen the session end
-            if "bai kernel" in server.tail() and MARK in server.tail():
-                break
-            await asyncio.sleep(1)
+        kernel = await server.fetch("POST", "api/kernels", {"name": "bai-broken"})
+        session = await server.fetch(
+            "POST",
+            "api/sessions",
+            {"path": "a.ipynb", "type": "notebook", "kernel": {"name": "bai-broken"}},
+        )
+        # What JupyterLab's "Error Starting Kernel" dialog shows: the reply's message.
+        for reply in (kernel, session):
+            assert reply.code == 503, (reply.code, reply.body, server.tail())
+            message = json.loads(reply.body)["message"]
+            assert "ended before its kernel started: CANCELLED (failed-to-start)" in message
+            assert MARK in message, message  # main1's last log lines
+            assert "kernel exited with code 1 before it listened" in message, message
         log = server.log.read_text(errors="replace")
-        lines = [line for line in log.splitlines() if "bai kernel" in line and "ended" in line]
-        assert lines, log[-4000:]
-        assert MARK in log[log.index(lines[0]) :], log[-4000:]
+        assert MARK in log and "Traceback" not in log, log[-4000:]
     finally:
         server.stop()

@@ -18,27 +18,51 @@ from bai_jupyter.model import Status
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-async def test_a_launch_that_cannot_fit_is_a_4xx_and_the_server_still_stops(
-    tmp_path: Path,
+@pytest.mark.parametrize("case", ["never-fits", "queue-timeout"])
+async def test_a_failed_launch_is_explained_and_the_server_still_stops(
+    tmp_path: Path, case: str
 ) -> None:
-    """A kernelspec no agent can ever run: a clean 4xx, no traceback, and SIGTERM still exits."""
+    """A failed launch, then SIGTERM still exits cleanly (rc 0, no traceback).
+
+    ``never-fits``: a kernelspec no agent can ever run is a clean 4xx. ``queue-timeout``:
+    a kernelspec whose session waits in the queue (its template starts it far in the
+    future) past ``launch_timeout`` is cancelled, and the launch fails with why it waited.
+    """
     from bai_jupyter.kernelspecs import kernelspec_json
 
     root = tmp_path / "server"
     spec_dir = root / "data" / "kernels" / "bai-huge"
     spec_dir.mkdir(parents=True)
-    spec = kernelspec_json("bai huge", {"resources": {"cpu": "512"}, "launch_timeout": 5.0})
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    config: dict[str, Any] = {"launch_timeout": 3.0}
+    if case == "never-fits":
+        config["resources"] = {"cpu": "512"}
+    else:
+        config["template"] = "later"
+    (spec_dir / "kernel.json").write_text(json.dumps(kernelspec_json("bai huge", config)))
     server = start_server(root)
     try:
+        if case == "queue-timeout":
+            made = await server.fetch(
+                "POST", "bai/api/v1/templates", {"name": "later", "spec": {"starts_at": 4e9}}
+            )
+            assert made.code == 201, made.body
         reply = await server.fetch("POST", "api/kernels", {"name": "bai-huge"})
-        assert 400 <= reply.code < 500, (reply.code, reply.body, server.tail())
         session_reply = await server.fetch(
             "POST",
             "api/sessions",
             {"path": "a.ipynb", "type": "notebook", "kernel": {"name": "bai-huge"}},
         )
-        assert 400 <= session_reply.code < 500, (session_reply.code, session_reply.body)
+        if case == "never-fits":
+            assert 400 <= reply.code < 500, (reply.code, reply.body, server.tail())
+            assert 400 <= session_reply.code < 500, (session_reply.code, session_reply.body)
+        else:
+            for answer in (reply, session_reply):
+                assert answer.code == 504, (answer.code, answer.body, server.tail())
+                message = json.loads(answer.body)["message"]
+                assert "launch_timeout=3" in message and "starts at 2096" in message, message
+            sessions = await server.client().list_sessions()
+            assert len(sessions) == 2, sessions
+            assert all(s.status is Status.CANCELLED for s in sessions), sessions
     finally:
         server.stop()
     log = server.log.read_text(errors="replace")

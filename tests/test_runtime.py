@@ -704,3 +704,32 @@ def test_kernel_exit_code_is_the_runtime_exit_code(kernel: Kernel) -> None:
     kernel.client.execute("import os; os._exit(7)")
     assert kernel.rt.wait(20) == 7
     assert "bai-runtime: kernel exited with code 7" in kernel.rt.err
+
+
+@pytest.mark.slow
+@kernel_test
+def test_a_kernel_that_dies_at_start_never_says_ready(
+    start: Callable[..., Runtime], tmp_path: Path
+) -> None:
+    """Ready only once the ipykernel listens: one that dies first fails the runtime, with
+    its own words on stderr (so the session fails to start and says why)."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "ipykernel_launcher.py").write_text("raise SystemExit('no driver here')\n")
+    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    connection = {**dict(zip(names, free_ports(5))), "key": "k", "transport": "tcp"}
+    rt = start(bootstrap("kernel", connection=connection), env={"PYTHONPATH": str(broken)})
+    assert rt.wait() == 1, rt.err
+    assert "no driver here\n" in rt.err
+    assert "bai-runtime: kernel exited with code 1 before it listened\n" in rt.err
+    assert "bai-runtime: ready" not in rt.err
+
+
+@pytest.mark.slow
+@kernel_test
+def test_the_ready_line_comes_once_the_kernel_listens(kernel: Kernel) -> None:
+    """Ready is said as soon as main1's ipykernel listens (its heartbeat port), no sooner."""
+    kernel.rt.wait_for("bai-runtime: ready", timeout=20)
+    with socket.create_connection(("127.0.0.1", kernel.connection["hb_port"]), timeout=5):
+        pass
+    assert kernel.run("print(6 * 7)")["stdout"] == "42\n"

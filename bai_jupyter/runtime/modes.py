@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 #: Seconds the runtime outlives an exited ipykernel, for a SIGHUP: Jupyter restarts a
 #: kernel by asking it to shut down first, and only then (via the manager) sends SIGHUP.
 RESTART_GRACE = 5.0
+#: Seconds the runtime waits for a new ipykernel to listen before it says ready anyway.
+KERNEL_LISTEN_TIMEOUT = 60.0
 
 
 # --- modes ----------------------------------------------------------------------------------
@@ -53,6 +55,11 @@ def run_kernel(
         except RuntimeFailure:
             sup.stop(kernel, grace=0)
             raise
+    if connection.get("transport", "tcp") == "tcp" and connection.get("hb_port"):
+        _wait_listening(sup, kernel, int(connection["hb_port"]))
+    if kernel.returncode is not None:  # died while starting: the session never runs
+        say(f"kernel exited with code {kernel.returncode} before it listened")
+        return exit_code(kernel.returncode) or 1
     say(READY)
     exited_at: float | None = None
     while True:
@@ -78,6 +85,41 @@ def run_kernel(
             sup.wait(left)
             continue
         sup.wait(None)
+
+
+def _wait_listening(sup: Supervisor, kernel: subprocess.Popen[Any], port: int) -> None:
+    """Until the ipykernel listens on ``port`` (its heartbeat, bound after its other
+    sockets), exits, or a signal comes; at most :data:`KERNEL_LISTEN_TIMEOUT` seconds.
+
+    So a kernel that dies at start (a broken image, a missing package) fails the
+    session's start, with its log, instead of a RUNNING session whose kernel is dead.
+    Where ``/proc/net/tcp`` cannot be read (not Linux), it does not wait."""
+    deadline = time.monotonic() + KERNEL_LISTEN_TIMEOUT
+    while kernel.returncode is None and not sup.signals_pending:
+        listening = _listening(port)
+        if listening is None or listening:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        sup.wait(min(left, 0.05))
+
+
+def _listening(port: int) -> bool | None:
+    """Whether a TCP socket of this network namespace listens on ``port``; None: unknown."""
+    found = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text(encoding="ascii").splitlines()[1:]
+        except OSError:
+            continue
+        found = False
+        for row in rows:
+            fields = row.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN
+            if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
+                return True
+    return found
 
 
 def run_command(

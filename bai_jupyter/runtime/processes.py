@@ -63,6 +63,10 @@ class Supervisor:
         if signum != signal.SIGCHLD:
             self._signals.append(signum)
 
+    @property
+    def signals_pending(self) -> bool:
+        return bool(self._signals)
+
     def take_signals(self) -> list[int]:
         signals, self._signals = self._signals, []
         return signals

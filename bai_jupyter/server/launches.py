@@ -2,8 +2,9 @@
 
 A bai kernel's launch fails with :class:`~bai_jupyter.provisioner.LaunchError` (an
 ``HTTPError`` carrying the manager's 4xx, e.g. a request no agent can ever fit).
-``POST /api/kernels`` passes it on, but jupyter_server's ``POST /api/sessions``
-turns every exception into a 500, and jupyter_client logs each failed launch with
+``POST /api/kernels`` passes it on (its own status: a 4xx, or 504 for a
+``launch_timeout``), but jupyter_server's ``POST /api/sessions`` turns every exception
+into a 500, and jupyter_client logs each failed launch with
 its whole traceback twice: a user error then reads like a server crash.
 """
 
@@ -44,8 +45,8 @@ class SessionsLaunchHandler(SessionRootHandler):
             await ensure_async(super().post())
         except web.HTTPError as exc:
             cause = launch_error(exc)
-            if exc.status_code == 500 and cause is not None and cause.status_code < 500:
-                raise cause from None
+            if exc.status_code == 500 and cause is not None:
+                raise cause from None  # its own status: 4xx, or 504 for a launch_timeout
             raise
 
 
