@@ -78,6 +78,9 @@ class KernelPlan:
     #: The kernel's working directory (a path inside the kernel, under a mount's target);
     #: ``None``: ``WORK_DIR``. The notebook's own folder when the notebook dir is mounted.
     work_dir: str | None = None
+    #: The network the session's kernels share across agents (a Swarm overlay, made by the
+    #: manager) when they are spread over several; ``None``: the agent makes its own.
+    network: str | None = None
 
 
 def kernel_environ(session: Session, kernel: Kernel) -> dict[str, str]:

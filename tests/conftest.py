@@ -139,3 +139,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     with postgres_database(request.getfixturevalue("postgres_server")) as url:
         yield url
+
+
+# --- several Docker engines as several hosts, in one Swarm ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def swarm_engines(kernel_image: str) -> Iterator[Any]:
+    """Three more Docker engines, each in a network namespace of its own, in one Swarm,
+    each holding the kernel image (see ``engines_harness``); stopped after the session."""
+    import engines_harness
+
+    if os.geteuid() != 0:
+        skip_or_fail("several Docker engines need root (network namespaces, dockerd)")
+    missing = engines_harness.missing_tools()
+    if missing:
+        skip_or_fail(f"several Docker engines need {', '.join(missing)} (iproute2, util-linux)")
+    with engines_harness.running(kernel_image) as engines:
+        yield engines

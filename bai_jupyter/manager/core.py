@@ -82,6 +82,9 @@ class Core:
         self._owner = owner
         self.store: Store | None = None
         self.agents: dict[str, AgentBackend] = {}
+        #: Agents that stopped answering for ``agent_lost_timeout``: nothing is placed on or
+        #: asked of them until they answer again (``manager.liveness``).
+        self.lost: set[str] = set()
         self.groups: dict[str, GroupScheduler] = {}
         self.hub = EventHub()
         #: Every background task (starts, tear-downs, event handling, loops).

@@ -32,6 +32,7 @@ from ..store import Store, Transaction
 from .admission import Admission
 from .core import Core, find_kernel
 from .lifecycle import Lifecycle
+from .liveness import Liveness
 from .mount_check import MountCheck
 from .policies import Policies
 from .reconcile import Reconciler
@@ -130,6 +131,16 @@ class BaiSessionManager(LoggingConfigurable):
     log_limit = Int(
         1 << 20, config=True, help="Characters of each kernel's log kept after it ends."
     )
+    agent_lost_timeout = Float(
+        60.0,
+        config=True,
+        help="Seconds an agent may go without answering before it is lost: its sessions "
+        "end ERROR 'agent-lost' and nothing is placed there until it answers again (then "
+        "its kernels of ended sessions are removed).",
+    )
+    agent_check_interval = Float(
+        2.0, config=True, help="Seconds between checks that every agent answers."
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -145,10 +156,11 @@ class BaiSessionManager(LoggingConfigurable):
         self.lifecycle = Lifecycle(self.core, self, self.mounts)
         self.watcher = KernelWatcher(self.core, self, self.lifecycle)
         self.reconciler = Reconciler(self.core, self, self.lifecycle)
+        self.liveness = Liveness(self.core, self, self.lifecycle, self.reconciler)
         self.limits = Policies({})
         self.scheduling = Scheduling(self.core, self.lifecycle.start, self._owner_policy)
         self.kernel_tokens = KernelTokens(self.core)
-        self.admission = Admission(self.core, self, self.mounts)
+        self.admission = Admission(self.core, self, self.mounts, self.lifecycle.multinode)
         self.service_ports = ServicePorts(self.core)
         self.templates = Templates(self.core)
         #: Host ports kernels may reach (see allow_host_ports).
@@ -187,6 +199,7 @@ class BaiSessionManager(LoggingConfigurable):
         for agent in core.agents.values():
             core.spawn(self.watcher.watch(agent), loop=True)
         core.spawn(self.scheduling.loop(lambda: self.pass_interval), loop=True)
+        core.spawn(self.liveness.loop(), loop=True)
         core.spawn(self._retention_loop(), loop=True)
         self._started = True
         core.wake()
