@@ -115,6 +115,29 @@ class SessionsAPI(Protocol):
         """Remove the caller's template of that name (or the shared one, for an admin)."""
         ...
 
+    # --- inference endpoints ------------------------------------------------------------------
+
+    async def create_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A new endpoint (name, replica request, service, health, scaling; see
+        docs/endpoints.md); its minimum of replicas starts. Conflict if the name is taken."""
+        ...
+
+    async def list_endpoints(self, everyone: bool = False) -> list[dict[str, Any]]:
+        """The caller's endpoints by name (``everyone``: all users', for an admin)."""
+        ...
+
+    async def get_endpoint(self, name: str) -> dict[str, Any]:
+        """An endpoint: its settings, replicas, load and scaling decisions."""
+        ...
+
+    async def update_endpoint(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change settings; a new replica request rolls out replica by replica."""
+        ...
+
+    async def delete_endpoint(self, name: str) -> dict[str, Any]:
+        """Remove an endpoint; its replicas end."""
+        ...
+
     # --- what the caller may see of the agents and the queue ----------------------------------
 
     async def agents(self) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ import os
 import signal as signals
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -29,12 +30,10 @@ from .model import ExecResult, Session, Status
 from .request import Template
 from .wire import session_from_json
 
-__all__ = ["API_PREFIX", "RemoteManager"]
+__all__ = ["API_PREFIX", "RemoteManager", "find_manager"]
 
 #: Where the REST API lives under a Jupyter server's base URL.
 API_PREFIX = "bai/api/v1/"
-
-#: Where the REST API lives under a Jupyter server's base URL.
 
 
 class RemoteManager:
@@ -296,6 +295,34 @@ class RemoteManager:
         query = {"shared": "true"} if shared else None
         await self._call("DELETE", _path("templates", name), query=query)
 
+    # --- endpoints ----------------------------------------------------------------------------
+
+    async def create_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """A new endpoint; its minimum of replicas starts (Conflict if the name is taken)."""
+        reply: dict[str, Any] = await self._call("POST", "endpoints", dict(request))
+        return reply
+
+    async def list_endpoints(self, everyone: bool = False) -> builtins.list[dict[str, Any]]:
+        """The caller's endpoints by name (``everyone``: all users', for an admin)."""
+        query = {"all": "true"} if everyone else None
+        reply = await self._call("GET", "endpoints", query=query)
+        return list(reply["endpoints"])
+
+    async def get_endpoint(self, name: str) -> dict[str, Any]:
+        """An endpoint: its settings, replicas, load and scaling decisions."""
+        reply: dict[str, Any] = await self._call("GET", _path("endpoints", name))
+        return reply
+
+    async def update_endpoint(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change settings; a new replica request rolls out replica by replica."""
+        reply: dict[str, Any] = await self._call("PATCH", _path("endpoints", name), dict(changes))
+        return reply
+
+    async def delete_endpoint(self, name: str) -> dict[str, Any]:
+        """Remove an endpoint; its replicas end."""
+        reply: dict[str, Any] = await self._call("DELETE", _path("endpoints", name))
+        return reply
+
     async def agents(self) -> builtins.list[dict[str, Any]]:
         """Each agent's capacity, occupied slots and kernels."""
         reply = await self._call("GET", "agents")
@@ -315,3 +342,41 @@ def _template(data: dict[str, Any]) -> Template:
 
 def _path(*parts: str) -> str:
     return "/".join(quote(part, safe="") for part in parts)
+
+
+def _running_server() -> dict[str, Any] | None:
+    """The Jupyter server that started this kernel, else the newest one running here."""
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return None
+    servers: list[dict[str, Any]] = [
+        s for s in list_running_servers() if s.get("url") and not s.get("sock")
+    ]
+    parent = os.environ.get("JPY_PARENT_PID", "")
+    for server in servers:
+        if str(server.get("pid")) == parent:
+            return server
+    runtime = Path(jupyter_runtime_dir())
+
+    def started(server: dict[str, Any]) -> float:
+        info = runtime / f"jpserver-{server.get('pid')}.json"
+        return info.stat().st_mtime if info.exists() else 0.0
+
+    newest: dict[str, Any] | None = max(servers, key=started, default=None)
+    return newest
+
+
+def find_manager() -> RemoteManager:
+    """The manager at ``BAI_JUPYTER_URL``, else that of the running Jupyter server."""
+    if os.environ.get("BAI_JUPYTER_URL"):
+        return RemoteManager.from_env()
+    server = _running_server()
+    if server is not None:
+        return RemoteManager(str(server["url"]), str(server.get("token") or ""))
+    raise errors.Unavailable(
+        "no bai-jupyter server found: set BAI_JUPYTER_URL to the URL of a Jupyter server "
+        "running the bai_jupyter extension (and BAI_JUPYTER_TOKEN to its token), or start "
+        "one on this machine (jupyter lab)"
+    )

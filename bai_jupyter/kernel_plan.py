@@ -86,8 +86,8 @@ class KernelPlan:
 def kernel_environ(session: Session, kernel: Kernel) -> dict[str, str]:
     """The BACKENDAI_* variables and the names distributed frameworks read."""
     hosts = [k.hostname for k in session.kernels]
-    subs = sum(1 for k in session.kernels if k.role is KernelRole.SUB)
-    same_role = [k for k in session.kernels if k.role is kernel.role]
+    same_role = [k for k in session.kernels if k.role_name == kernel.role_name]
+    role = dict(session.spec.kernel_shapes())[kernel.hostname]
     mode = session.spec.cluster_mode
     rank = hosts.index(kernel.hostname)
     if mode is ClusterMode.SINGLE_NODE or kernel.agent_id is None:
@@ -97,17 +97,17 @@ def kernel_environ(session: Session, kernel: Kernel) -> dict[str, str]:
             kernel.hostname
         )
     return {
-        **session.spec.env,
+        **role.env,
         "BACKENDAI_SESSION_ID": session.id,
         "BACKENDAI_SESSION_NAME": session.spec.name or "",
         "BACKENDAI_KERNEL_ID": kernel.id,
         "BACKENDAI_CLUSTER_HOST": kernel.hostname,
         "BACKENDAI_CLUSTER_HOSTS": ",".join(hosts),
         "BACKENDAI_CLUSTER_IDX": str(same_role.index(kernel) + 1),
-        "BACKENDAI_CLUSTER_ROLE": kernel.role.value,
+        "BACKENDAI_CLUSTER_ROLE": kernel.role_name,
         "BACKENDAI_CLUSTER_SIZE": str(len(hosts)),
         "BACKENDAI_CLUSTER_MODE": mode.value,
-        "BACKENDAI_CLUSTER_REPLICAS": f"main:1,sub:{subs}" if subs else "main:1",
+        "BACKENDAI_CLUSTER_REPLICAS": session.spec.replicas_text(),
         "BACKENDAI_CLUSTER_LOCAL_RANK": str(local_rank),
         "BACKENDAI_SESSION_TYPE": session.spec.type.value,
         "MASTER_ADDR": "main1",
@@ -132,8 +132,10 @@ def bootstrap(
         mode = "batch"
     elif spec.type is SessionType.INTERACTIVE:
         mode = "kernel"
+    elif spec.type is SessionType.INFERENCE and (spec.startup_command or "").strip():
+        mode = "serve"  # the model server
     else:
-        mode = "wait"  # inference/system: service ports only
+        mode = "wait"  # system, and inference with services from the image only
     return {
         "mode": mode,
         "hostname": kernel.hostname,
@@ -162,6 +164,6 @@ def labels(session: Session, kernel: Kernel, scope: str) -> dict[str, str]:
         LABEL_SCOPE: scope,
         LABEL_SESSION: session.id,
         LABEL_KERNEL: kernel.id,
-        LABEL_ROLE: kernel.role.value,
+        LABEL_ROLE: kernel.role_name,
         LABEL_HOST: kernel.hostname,
     }

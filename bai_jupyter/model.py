@@ -125,11 +125,45 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+#: The role of main1 (the one kernel that runs the notebook's kernel or the batch task).
+MAIN_ROLE = "main"
+#: The role of the other kernels of a session that names no roles.
+SUB_ROLE = "sub"
+
+
+@dataclass
+class RoleSpec:
+    """Kernels of one role of a cluster session: hostnames ``<name>1`` … ``<name><replicas>``.
+
+    ``None`` fields take the session's own (its ``image``, ``resources``); ``env`` is
+    added over the session's, ``mounts`` beside the session's.
+    """
+
+    name: str
+    replicas: int = 1
+    image: str | None = None
+    resources: ResourceSlot = field(default_factory=ResourceSlot)
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "replicas": self.replicas,
+            "image": self.image,
+            "resources": self.resources.to_json(),
+            "env": dict(self.env),
+            "mounts": list(self.mounts),
+        }
+
+
 @dataclass
 class SessionSpec:
     """What a user asks for; every field is also a template field.
 
-    ``resources`` are per kernel: every kernel of the session gets the same.
+    ``resources`` are per kernel. With ``roles`` the kernels differ by role (image,
+    resources, env, mounts); without, every kernel gets the same and the others than
+    main1 are ``sub1`` … (the role ``sub``).
     """
 
     image: str | None = None
@@ -148,16 +182,71 @@ class SessionSpec:
     mounts: list[str] = field(default_factory=list)
     #: ``name:proto:port`` each (the request's JSON form); :attr:`services` parses them.
     service_ports: list[str] = field(default_factory=list)
+    #: The cluster's roles (``main`` and others); empty: main1 and ``sub`` kernels.
+    roles: list[RoleSpec] = field(default_factory=list)
 
     @property
     def services(self) -> list[ServicePort]:
         """The declared service ports of main1, parsed."""
         return [ServicePort.parse(spec) for spec in self.service_ports]
 
+    def cluster_roles(self) -> list[RoleSpec]:
+        """Every role in kernel order, main first (its fields filled from the session's)."""
+        named = {role.name: role for role in self.roles}
+        main = named.pop(MAIN_ROLE, RoleSpec(MAIN_ROLE))
+        others = list(named.values()) if self.roles else []
+        if not self.roles and self.cluster_size > 1:
+            others = [RoleSpec(SUB_ROLE, self.cluster_size - 1)]
+        return [self._filled(main), *(self._filled(role) for role in others)]
+
+    def _filled(self, role: RoleSpec) -> RoleSpec:
+        return RoleSpec(
+            role.name,
+            role.replicas,
+            role.image or self.image,
+            self.resources.updated(role.resources) if role.resources else self.resources,
+            {**self.env, **role.env},
+            [*self.mounts, *(m for m in role.mounts if m not in self.mounts)],
+        )
+
+    def kernel_shapes(self) -> list[tuple[str, RoleSpec]]:
+        """Each kernel's hostname and role, in order (``main1``, ``worker1`` …)."""
+        return [
+            (f"{role.name}{i}", role)
+            for role in self.cluster_roles()
+            for i in range(1, role.replicas + 1)
+        ]
+
+    def kernel_slots(self) -> list[ResourceSlot]:
+        """Each kernel's resource slots, in order."""
+        return [role.resources for _, role in self.kernel_shapes()]
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every kernel asks for the same slots (the scheduler's fast path)."""
+        return not self.roles or all(
+            self.resources.updated(role.resources) == self.resources for role in self.roles
+        )
+
     @property
     def total_resources(self) -> ResourceSlot:
-        """What the whole session occupies: per-kernel slots × cluster size."""
-        return self.resources * self.cluster_size
+        """What the whole session occupies: the sum of its kernels' slots."""
+        if self.uniform:
+            return self.resources * self.cluster_size
+        total = ResourceSlot()
+        for slots in self.kernel_slots():
+            total = total + slots
+        return total
+
+    @property
+    def images(self) -> list[str]:
+        """Every image its kernels run (the session's first)."""
+        found = [role.image for role in self.cluster_roles() if role.image]
+        return list(dict.fromkeys([*([self.image] if self.image else []), *found]))
+
+    def replicas_text(self) -> str:
+        """``main:1,worker:3`` (Backend.AI's ``BACKENDAI_CLUSTER_REPLICAS``)."""
+        return ",".join(f"{role.name}:{role.replicas}" for role in self.cluster_roles())
 
 
 @dataclass
@@ -171,8 +260,8 @@ class HistoryEntry:
 
 
 def cluster_hostnames(size: int) -> list[str]:
-    """``main1``, ``sub1`` … ``sub{size-1}``."""
-    return ["main1", *(f"sub{i}" for i in range(1, size))]
+    """``main1``, ``sub1`` … ``sub{size-1}`` (a session that names no roles)."""
+    return [host for host, _ in SessionSpec(cluster_size=size).kernel_shapes()]
 
 
 @dataclass
@@ -191,6 +280,11 @@ class Kernel:
     container_id: str | None = None
     #: Where it can be reached once started: host, ports, Jupyter connection info.
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def role_name(self) -> str:
+        """Its role (``main``, ``sub``, or a role the request named): its hostname's stem."""
+        return self.hostname.rstrip("0123456789")
 
     def set_status(self, new: Status, info: str | None = None) -> None:
         check_transition(f"kernel {self.hostname} of {self.session_id}", self.status, new)
@@ -228,9 +322,9 @@ class Session:
                 role=KernelRole.MAIN if idx == 0 else KernelRole.SUB,
                 cluster_idx=idx + 1 if idx == 0 else idx,
                 hostname=host,
-                slots=spec.resources,
+                slots=role.resources,
             )
-            for idx, host in enumerate(cluster_hostnames(spec.cluster_size))
+            for idx, (host, role) in enumerate(spec.kernel_shapes())
         ]
         return cls(
             id=sid,
@@ -244,6 +338,15 @@ class Session:
     @property
     def name(self) -> str | None:
         return self.spec.name
+
+    def service_address(self, service: ServicePort) -> tuple[str, int] | None:
+        """Where main1's ``service`` is reached (host, port), once its kernel started."""
+        main = next((k for k in self.kernels if k.role is KernelRole.MAIN), None)
+        if main is None:
+            return None
+        port = main.info.get("ports", {}).get(service.port_key)
+        host = main.info.get("host")
+        return (str(host), int(port)) if host and port else None
 
     @property
     def scheduler_data(self) -> dict[str, Any]:

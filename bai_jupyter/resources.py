@@ -120,6 +120,10 @@ class ResourceSlot(Mapping[str, Decimal]):
     def __len__(self) -> int:
         return len(self._amounts)
 
+    def updated(self, other: Mapping[str, Decimal]) -> ResourceSlot:
+        """These amounts with ``other``'s in their place where it names a slot."""
+        return ResourceSlot._exact({**self._amounts, **other})
+
     def get_amount(self, slot: str) -> Decimal:
         """The amount of ``slot``; zero when absent."""
         return self._amounts.get(slot, Decimal(0))

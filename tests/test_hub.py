@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 import pytest
 from conftest import postgres_database
-from hub_harness import Hub, start_hub
+from endpoint_harness import endpoint_request
+from hub_harness import SERVICE, Hub, start_hub
 
 from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound
 from bai_jupyter.model import Session, Status
@@ -235,6 +236,32 @@ async def test_bai_in_a_kernel_reaches_the_service_as_its_owner(hub: Hub) -> Non
         assert other.id[:8] not in shown, shown  # never bob's
     finally:
         await hub.fetch("DELETE", f"user/alice/api/kernels/{kernel_id}", "alice")
+        await _end_all(hub)
+
+
+async def test_an_endpoint_made_through_a_users_server_is_served_by_the_service(
+    hub: Hub, kernel_image: str
+) -> None:
+    """The user's server forwards the API; the route lives where the manager runs."""
+    made = await hub.server("alice").create_endpoint(endpoint_request("hub-model", kernel_image))
+    route = f"services/{SERVICE}/bai/endpoints/hub-model/"
+    assert made["url"] == "/" + route
+    try:
+        for _ in range(600):
+            view = await hub.server("alice").get_endpoint("hub-model")
+            if view["ready_replicas"] == 1:
+                break
+            await asyncio.sleep(0.2)
+        assert view["ready_replicas"] == 1, (view, hub.tail())
+        reply = await hub.fetch("GET", route + "predict", "alice")
+        assert reply.code == 200, (reply.code, reply.body)
+        assert json.loads(reply.body)["replica"] == view["replicas"][0]["session_id"]
+        assert (await hub.fetch("GET", route + "predict", "bob")).code == 404
+        on_server = await hub.fetch("GET", "user/alice/bai/endpoints/hub-model/predict", "alice")
+        assert on_server.code == 404 and b"does not run the session manager" in on_server.body
+    finally:
+        await hub.server("alice").delete_endpoint("hub-model")
+        await asyncio.sleep(2)  # the service's keeper ends the replica
         await _end_all(hub)
 
 

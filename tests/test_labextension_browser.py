@@ -51,7 +51,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator
     root = tmp_path_factory.mktemp("labext")
     config = (
         'c.BaiSessionManager.backend = "docker"\n'
-        'c.BaiSessionManager.agents = [{"id": "docker", "capacity": {"cpu": "2", "mem": "4g"}}]\n'
+        'c.BaiSessionManager.agents = [{"id": "docker", "slots": {"cpu": "2", "mem": "4g"}}]\n'
         "c.LabApp.expose_app_in_browser = True\n"
     )
     with pytest.MonkeyPatch.context() as patch:

@@ -126,6 +126,38 @@ async def test_cluster_environment_and_shared_data_folder(
     assert await _sh(manager, sid, "cat data/note.txt") == "written-in-sub2"
 
 
+@pytest.mark.docker
+async def test_roles_give_each_kernel_its_image_size_and_name(
+    docker_manager: BaiSessionManager, docker_engine: Any, kernel_image: str
+) -> None:
+    """main1 and worker1, worker2 of another image and size; ssh between any two."""
+    worker_image = "bai-jupyter/python:roles-test"
+    docker_engine.images.get(kernel_image).tag(worker_image)  # a second image, same content
+    sid = await _run(
+        docker_manager,
+        {
+            "resources": {"cpu": "0.25", "mem": "256m"},
+            "roles": [
+                {"name": "main", "resources": {"cpu": "0.5"}},
+                {"name": "worker", "replicas": 2, "image": worker_image, "env": {"W": "1"}},
+            ],
+        },
+    )
+    session = await docker_manager.get(sid)
+    assert [k.hostname for k in session.kernels] == ["main1", "worker1", "worker2"]
+    for kernel in session.kernels:
+        container = docker_engine.containers.get(kernel.container_id)
+        wanted = kernel_image if kernel.hostname == "main1" else worker_image
+        assert container.attrs["Config"]["Image"] == wanted
+        quota = container.attrs["HostConfig"]["NanoCpus"]
+        assert quota == (500_000_000 if kernel.hostname == "main1" else 250_000_000)
+    env = await _sh(docker_manager, sid, "env | sort", kernel="worker2")
+    assert "BACKENDAI_CLUSTER_ROLE=worker" in env and "BACKENDAI_CLUSTER_IDX=2" in env
+    assert "BACKENDAI_CLUSTER_REPLICAS=main:1,worker:2" in env and "W=1" in env
+    assert await _sh(docker_manager, sid, "ssh worker2 hostname") == "worker2"
+    assert await _sh(docker_manager, sid, "ssh main1 hostname", kernel="worker1") == "main1"
+
+
 async def test_batch_failure_cancels_dependant_and_keeps_logs(manager: BaiSessionManager) -> None:
     first = await manager.create(
         {"type": "batch", "startup_command": "echo about to fail; exit 3"}, "alice"

@@ -120,9 +120,9 @@ async def test_a_cluster_too_big_for_one_engine_runs_across_three(
             ]
         assert _overlay(swarm_engines, sid)[0]["Driver"] == "overlay"
 
-        for here in ("main1", "sub2"):  # names resolve across engines, both ways
+        for host in ("main1", "sub2"):  # names resolve across engines, both ways
             script = "for h in main1 sub1 sub2; do getent hosts $h >/dev/null && echo $h; done"
-            assert (await _sh(mgr, sid, script, kernel=here)).split() == ["main1", "sub1", "sub2"]
+            assert (await _sh(mgr, sid, script, kernel=host)).split() == ["main1", "sub1", "sub2"]
         assert await _sh(mgr, sid, "ssh sub2 hostname") == "sub2"
         await _sh(mgr, sid, "hostname > /home/work/shared/written-by", kernel="sub1")
         assert await _sh(mgr, sid, "cat /home/work/shared/written-by") == "sub1"

@@ -48,7 +48,7 @@ async def test_a_launch_that_cannot_fit_is_a_4xx_and_the_server_still_stops(
 
 async def test_kernel_keys_only_to_the_owner_who_asks(tmp_path: Path) -> None:
     """Lists and plain reads hide kernels' HMAC keys; ``?connection=true`` gives the owner's."""
-    from test_server_harness import MULTI_USER
+    from test_server_harness import MULTI_USER, end_all
 
     server = start_server(tmp_path / "server", MULTI_USER)
     try:
@@ -75,6 +75,7 @@ async def test_kernel_keys_only_to_the_owner_who_asks(tmp_path: Path) -> None:
         everyone = await server.fetch("GET", "bai/api/v1/sessions?all=true", token="admin-token")
         assert all(keys(v) == [None] for v in json.loads(everyone.body)["sessions"])
     finally:
+        end_all(server, "alice-token")  # API sessions outlive the server
         server.stop()
 
 

@@ -210,15 +210,15 @@ def _wait_ready(server: Server, timeout: float = 60) -> None:
     raise RuntimeError(f"the server did not get ready in {timeout:g} s:\n{server.tail()}")
 
 
-def end_all(server: Server) -> None:
-    """End every live session of the server's user (their containers with them)."""
+def end_all(server: Server, token: str | None = None) -> None:
+    """End every live session of the token's user (the server's by default)."""
     import urllib.request
 
     def call(method: str, path: str) -> Any:
         request = urllib.request.Request(
             f"{server.url}bai/api/v1/{path}",
             method=method,
-            headers={"Authorization": f"token {server.token}"},
+            headers={"Authorization": f"token {token or server.token}"},
         )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read() or b"null")

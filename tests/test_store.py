@@ -149,7 +149,8 @@ def end(session: Session, now: float, exit_code: int | None = None) -> None:
 
 
 def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(tmp_path: Path) -> None:
-    """A store written before owners' groups were kept opens, gains the table, loses nothing."""
+    """A store written before owners' groups and endpoints were kept opens, gains both
+    tables (one migration step after the other), loses nothing."""
     path = db_path(tmp_path)
     store = Store(url_of(path))
     session = new_session()
@@ -157,6 +158,7 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(tmp_path: 
         tx.add_session(session)
     store.close()
     sql(path, "DROP TABLE bai_owners")
+    sql(path, "DROP TABLE bai_endpoints")
     sql(path, "UPDATE bai_meta SET value = '1' WHERE key = 'schema_version'")
     again = Store(url_of(path))
     try:
@@ -165,18 +167,20 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(tmp_path: 
             tx.set_owner_groups("alice", ["physics", "ml"], T0)
         with again.read() as tx:
             assert tx.owner_groups(["alice", "bob"]) == {"alice": ["ml", "physics"]}
+            assert tx.list_endpoints() == []
     finally:
         again.close()
-    assert sql(path, "SELECT value FROM bai_meta WHERE key = 'schema_version'") == [("2",)]
+    version = [(str(SCHEMA_VERSION),)]
+    assert sql(path, "SELECT value FROM bai_meta WHERE key = 'schema_version'") == version
 
 
 def test_new_store_records_schema_version(tmp_path: Path) -> None:
     path = db_path(tmp_path)
     store = Store(url_of(path))
     store.close()
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     assert dict(sql(path, "SELECT key, value FROM bai_meta")) == {
-        "schema_version": "2",
+        "schema_version": "3",
         "store_id": store.id,
         "token_secret": store.token_secret,
     }
@@ -556,3 +560,36 @@ def test_a_token_secret_added_meanwhile_is_the_one_kept(tmp_path: Path) -> None:
             assert Store._add_token_secret(conn) == store.token_secret
     finally:
         engine.dispose()
+
+
+# --- endpoints ------------------------------------------------------------------------------
+
+
+def test_endpoint_names_are_unique_and_records_round_trip(tmp_path: Path) -> None:
+    from bai_jupyter.endpoints import Endpoint, parse_endpoint
+    from bai_jupyter.store import NameConflict
+
+    name, spec = parse_endpoint(
+        {"name": "m", "replica": {"service_ports": ["model:http:8000"], "startup_command": "x"}}
+    )
+    endpoint = Endpoint("e1", name, "alice", spec, T0, desired=0)
+    endpoint.decide(T0, 1, "created")
+    store = Store(url_of(db_path(tmp_path)))
+    try:
+        with store.write() as tx:
+            tx.add_endpoint(endpoint)
+        with pytest.raises(NameConflict), store.write() as tx:
+            tx.add_endpoint(Endpoint("e2", name, "bob", spec, T0))  # another owner: still taken
+        endpoint.generation = 2
+        with store.write() as tx:
+            tx.save_endpoint(endpoint)
+        with store.read() as tx:
+            assert tx.get_endpoint("m") == endpoint
+            assert tx.get_endpoint(endpoint_id="e1") == endpoint
+            assert tx.list_endpoints("bob") == []
+            assert [e.name for e in tx.list_endpoints()] == ["m"]
+        with store.write() as tx:
+            tx.delete_endpoint("e1")
+            assert tx.get_endpoint("m") is None
+    finally:
+        store.close()

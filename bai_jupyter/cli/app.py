@@ -7,6 +7,10 @@ from .base import BaiCommand, run, subcommand
 #: name → (its application class, as an import path: only the one that runs is imported;
 #: one line of help). A new subcommand is one :class:`~.base.BaiCommand` and one line here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "endpoint": (
+        "bai_jupyter.cli.endpoint.EndpointApp",
+        "create, list, show, update or delete inference endpoints",
+    ),
     "image": (
         "bai_jupyter.image.cli.ImageApp",
         "build or inspect the default kernel image",

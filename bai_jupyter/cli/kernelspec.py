@@ -22,6 +22,7 @@ from ..errors import BaiError
 from ..manager import BaiSessionManager
 from ..resources import ResourceSlot, format_amount
 from ..scheduler.config import SchedulerConfig, SchedulerConfigError
+from ..text import format_table
 from .base import ALIASES, FLAGS, BaiCommand, subcommand
 
 #: The options that are provisioner settings as they are (resources and ports are shaped).
@@ -222,12 +223,10 @@ class KernelspecListApp(BaiCommand):
                 "add one with `bai-jupyter kernelspec install`"
             )
             return 0
-        rows = [("NAME", "DISPLAY NAME", "SETTINGS", "PATH")] + [
+        rows = [
             (k.name, k.display_name, json.dumps(k.config, sort_keys=True), k.path) for k in found
         ]
-        widths = [max(len(row[i]) for row in rows) for i in range(3)]
-        for row in rows:
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+        print(format_table(("NAME", "DISPLAY NAME", "SETTINGS", "PATH"), rows))
         return 0
 
 

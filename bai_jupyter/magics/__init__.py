@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..text import format_table
 from .commands import BaiMagics, command_help, overview
 from .connect import find_manager, own_session
 from .run import RunResult, batch_request, progress_line, split_command, user_output
-from .text import format_table
 
 __all__ = [
     "BaiMagics",

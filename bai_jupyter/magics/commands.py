@@ -15,16 +15,18 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..client import RemoteManager
+from ..endpoints.text import endpoint_text, endpoints_table
 from ..errors import BaiError, InvalidRequest, Unavailable
 from ..model import Status
 from ..request import SpecError
 from ..sessions_model import SessionRow, queue_positions
+from ..text import format_table
 from ..wire import session_to_json
 from .connect import _LOOP, find_manager, own_session
 from .ipython import argument, display, magic_arguments, parse_argstring, pretty
 from .on_hosts import run_on_hosts
 from .run import RunResult, batch_request, follow, progress_line, split_command
-from .text import cluster_text, env_cluster_text, format_table, ports_text, sessions_table
+from .text import cluster_text, env_cluster_text, ports_text, service_url, sessions_table
 
 __all__ = ["BaiMagics", "command_help", "overview"]
 
@@ -242,6 +244,18 @@ class BaiMagics(Magics):
         info = f" ({ended.status_info})" if ended.status_info else ""
         print(f"session {ended.id} {ended.status.value}{info}")
 
+    @magic_arguments("bai endpoints")
+    @argument("name", nargs="?", help="one endpoint: its replicas, load and scaling decisions")
+    def _endpoints(self, line: str) -> None:
+        """Your inference endpoints: state and replicas (see docs/endpoints.md)."""
+        args = parse_argstring(self._endpoints, line)
+        remote = find_manager()
+        if args.name is None:
+            print(endpoints_table(_LOOP.run(remote.list_endpoints())))
+            return
+        view = _LOOP.run(remote.get_endpoint(args.name))
+        print(endpoint_text(view, service_url(remote, view["url"])))
+
     @magic_arguments("bai templates")
     def _templates(self, line: str) -> None:
         """Session templates you can use (--template): yours and the shared ones."""
@@ -267,7 +281,9 @@ class BaiMagics(Magics):
         )
 
 
-COMMANDS = ("status", "sessions", "run", "exec", "ports", "logs", "cancel", "templates")
+COMMANDS = (
+    "status", "sessions", "run", "exec", "ports", "logs", "cancel", "endpoints", "templates"
+)  # fmt: skip
 
 
 def _session_arg(given: str | None, command: str) -> str:

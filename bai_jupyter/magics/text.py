@@ -9,16 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..client import RemoteManager
 from ..sessions_model import SessionRow, kernels_summary, resources_text
-
-
-def format_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    """Columns padded to their widest cell; the last column is not padded."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(wd) for c, wd in zip(cells, widths)).rstrip()
-
-    return "\n".join(line(r) for r in [headers, *rows])
+from ..text import format_table
 
 
 def sessions_table(rows: list[SessionRow]) -> str:

@@ -83,20 +83,26 @@ class Admission:
             spec.resources = group.config.kernel_resources(spec.resources)
         except ResourceError as exc:
             raise InvalidRequest(str(exc)) from exc
+        for i, role in enumerate(spec.roles):  # and no role asks for less than the minimum
+            try:
+                group.config.kernel_resources(spec.resources.updated(role.resources))
+            except ResourceError as exc:
+                raise InvalidRequest(f"roles[{i}].{exc}") from exc
         pending = await core.query(
             lambda tx: len(tx.list_sessions(owner=owner, statuses=[Status.PENDING], history=False))
         )
-        refusal = self.settings.limits.for_owner(owner, groups).refuse(
-            spec.image, spec.resource_group, pending
-        )
-        if refusal is not None:
-            raise Forbidden(refusal)
-        await self._check_image(spec.image, spec.resource_group)
+        limits = self.settings.limits.for_owner(owner, groups)
+        for image in spec.images:  # every role's image: allowed, and on an agent
+            refusal = limits.refuse(image, spec.resource_group, pending)
+            if refusal is not None:
+                raise Forbidden(refusal)
+            await self._check_image(image, spec.resource_group)
         any_path = admin and self.settings.admin_host_paths
-        try:
-            await asyncio.to_thread(self.mounts.resolve, spec.mounts, owner, False, any_path)
-        except ValueError as exc:
-            raise InvalidRequest(f"mounts: {exc}") from exc
+        for role in spec.cluster_roles():
+            try:
+                await asyncio.to_thread(self.mounts.resolve, role.mounts, owner, False, any_path)
+            except ValueError as exc:
+                raise InvalidRequest(f"mounts: {exc}") from exc
         await self.multinode.admit(spec, owner)
         resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
         spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once

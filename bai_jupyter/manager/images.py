@@ -73,7 +73,8 @@ class ImagePresence:
         }
 
         def pulling(s: Session) -> None:
-            move(s, Status.PULLING, time.time())
+            if s.status is not Status.PULLING:  # a second image of the same session
+                move(s, Status.PULLING, time.time())
             s.status_data = {**s.status_data, "pulling": {"image": image, "agents": plan}}
 
         await self.core.edit(session.id, pulling)

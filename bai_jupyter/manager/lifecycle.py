@@ -155,8 +155,7 @@ class Lifecycle:
             network = None
             if len(agents) > 1:  # spread: the agents' Swarm gives the session one network
                 network = await self.multinode.prepare(session, agents.values())
-            image = session.spec.image or self.settings.default_image
-            await self.images.ensure(session, image, agents)
+            await self._ensure_images(session, agents)
             plans = await asyncio.to_thread(self._plans, session, agents, network)
 
             def prepared(s: Session) -> None:
@@ -187,6 +186,17 @@ class Lifecycle:
 
                 current = await core.edit(session_id, failed)
             await self.teardown(current, current.status, current.status_info)
+
+    async def _ensure_images(self, session: Session, agents: dict[str, AgentBackend]) -> None:
+        """Each agent gets the images of the kernels placed on it (in PULLING)."""
+        roles = {role.name: role for role in session.spec.cluster_roles()}
+        needs: dict[str, dict[str, AgentBackend]] = {}
+        for kernel in session.kernels:
+            image = roles[kernel.role_name].image or self.settings.default_image
+            agent_id = kernel.agent_id or ""
+            needs.setdefault(image, {})[agent_id] = agents[agent_id]
+        for image, where in needs.items():
+            await self.images.ensure(session, image, where)
 
     def _agents(self, session: Session) -> dict[str, AgentBackend]:
         """The connected agents the session's kernels were placed on, by id."""
@@ -250,14 +260,15 @@ class Lifecycle:
                 "signature_scheme": "hmac-sha256",
                 "kernel_name": "python3",
             }
-        try:
-            trusted = bool(session.status_data.get(ADMIN_MOUNTS))
-            mounts: list[Mount] = self.mounts.resolve(
-                session.spec.mounts, session.owner, True, trusted
-            )
-        except ValueError as exc:  # the policy or a template changed since it was created
-            raise AgentError(f"mounts: {exc}") from exc
-        taken = [m.target for m in mounts]
+        trusted = bool(session.status_data.get(ADMIN_MOUNTS))
+        roles = {role.name: role for role in session.spec.cluster_roles()}
+        by_role: dict[str, list[Mount]] = {}
+        for name, role in roles.items():
+            try:
+                by_role[name] = self.mounts.resolve(role.mounts, session.owner, True, trusted)
+            except ValueError as exc:  # the policy or a template changed since it was made
+                raise AgentError(f"mounts: {exc}") from exc
+        taken = [m.target for mounts in by_role.values() for m in mounts]
         # Per agent: whether it sees the notebooks, and the address its kernels call home at.
         notebooks = {i: self.mounts.notebook_mount(session, a, taken) for i, a in agents.items()}
         hook = self.settings.kernel_env_hook
@@ -267,13 +278,14 @@ class Lifecycle:
         for kernel in session.kernels:
             agent_id = kernel.agent_id or ""
             notebook, work_dir = notebooks[agent_id]
+            mounts = by_role[kernel.role_name]
             plans.append(
                 KernelPlan(
                     session_id=session.id,
                     kernel_id=kernel.id,
                     hostname=kernel.hostname,
                     role=kernel.role,
-                    image=session.spec.image or self.settings.default_image,
+                    image=roles[kernel.role_name].image or self.settings.default_image,
                     slots=kernel.slots.to_json(),
                     env={**extra_env[agent_id], **kernel_environ(session, kernel)},
                     mounts=[*mounts, notebook] if notebook is not None else mounts,

@@ -22,8 +22,8 @@ from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend, AgentError
 from ..agents.plugins import make_agents
-from ..errors import Conflict, Unavailable
-from ..model import Agent, ExecResult, Session, Status
+from ..errors import Conflict, InvalidRequest, Unavailable
+from ..model import Agent, ExecResult, Session, SessionType, Status
 from ..mounts import MountPolicy
 from ..resources import ResourceSlot
 from ..runtime.protocol import DEFAULT_IMAGE
@@ -31,11 +31,13 @@ from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
 from .admission import Admission
 from .core import Core, find_kernel
+from .endpoints import Endpoints
 from .lifecycle import Lifecycle
 from .liveness import Liveness
 from .mount_check import MountCheck
 from .policies import Policies
 from .reconcile import Reconciler
+from .replicas import ReplicaKeeper
 from .scheduling import Scheduling, load_groups
 from .services import ServicePorts
 from .templates import Templates
@@ -163,6 +165,19 @@ class BaiSessionManager(LoggingConfigurable):
         self.admission = Admission(self.core, self, self.mounts, self.lifecycle.multinode)
         self.service_ports = ServicePorts(self.core)
         self.templates = Templates(self.core)
+        self.replicas = ReplicaKeeper(
+            self.core,
+            lambda request, owner, meta: self.admission.create(request, owner, meta=meta),
+            lambda session_id, reason: self.lifecycle.destroy(session_id, None, reason),
+            parent=self,
+        )
+        self.endpoints = Endpoints(
+            self.core,
+            self.replicas,
+            lambda request, owner, groups, admin: self.admission.create(
+                request, owner, dry_run=True, groups=groups, admin=admin
+            ),
+        )
         #: Host ports kernels may reach (see allow_host_ports).
         self._host_ports: list[int] = []
         self._started = False
@@ -201,6 +216,8 @@ class BaiSessionManager(LoggingConfigurable):
         core.spawn(self.scheduling.loop(lambda: self.pass_interval), loop=True)
         core.spawn(self.liveness.loop(), loop=True)
         core.spawn(self._retention_loop(), loop=True)
+        core.spawn(self.replicas.loop(), loop=True)
+        core.spawn(self.replicas.follow(), loop=True)
         self._started = True
         core.wake()
 
@@ -376,8 +393,14 @@ class BaiSessionManager(LoggingConfigurable):
         owner: str | None = None,
         timeout: float = 60,
     ) -> ExecResult:
-        """Run a command in one kernel of a running session."""
-        agent, kernel_id = await self.core.running_kernel(key, kernel, owner)
+        """Run a command in one kernel of a running session (not an inference replica's)."""
+        session = await self.get(key, owner)
+        if session.spec.type is SessionType.INFERENCE:
+            raise InvalidRequest(
+                f"session {session.id} is an inference session: it runs its model server and "
+                "no other code (its logs show the server's output)"
+            )
+        agent, kernel_id = await self.core.running_kernel(session.id, kernel, owner)
         try:
             return await agent.exec(kernel_id, command, timeout)
         except AgentError as exc:

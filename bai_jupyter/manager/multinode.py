@@ -47,7 +47,7 @@ class MultiNode:
             return
         records = await self.core.query(lambda tx: tx.list_agents(spec.resource_group))
         usable = [r for r in records if r.schedulable]
-        whole = spec.resources * spec.cluster_size
+        whole = spec.total_resources
         if never_fits(spec, usable) or any(whole.fits_in(r.capacity) for r in usable):
             return  # refused as never fitting by the queue, or one agent can hold it
         agents = [self.core.agents[r.id] for r in usable if r.id in self.core.agents]
@@ -55,9 +55,12 @@ class MultiNode:
             await self.swarm.check(agents)
             await self._check_folders(spec, owner, agents)
         except AgentError as exc:
+            sizes = (
+                spec.resources.describe() if spec.uniform else f"{whole.describe()} in all"
+            )
             field = "mounts" if isinstance(exc, _FoldersUnseen) else "cluster_mode"
             raise InvalidRequest(
-                f"{field}: {spec.cluster_size} kernels of {spec.resources.describe()} fit no "
+                f"{field}: {spec.cluster_size} kernels of {sizes} fit no "
                 f"single agent of resource group {spec.resource_group!r}, so they must be "
                 f"spread: {exc}"
             ) from exc
@@ -85,13 +88,15 @@ class MultiNode:
     ) -> None:
         root = self.mounts.folders_root()
         try:
-            named = [m for m in spec.mounts if parse_mount(m, owner, root).folder]
+            every = dict.fromkeys(m for role in spec.cluster_roles() for m in role.mounts)
+            named = [m for m in every if parse_mount(m, owner, root).folder]
         except ValueError:
             return  # the mount policy says what is wrong with it
         if not named:
             return
         try:
-            await self.folders.check(root, agents, spec.image or self.settings.default_image)
+            image = spec.image or self.settings.default_image
+            await self.folders.check(root, agents, image)
         except AgentError as exc:
             raise _FoldersUnseen(f"data folder {', '.join(named)}: {exc}") from exc
 

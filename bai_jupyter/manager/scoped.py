@@ -219,6 +219,30 @@ class ScopedManager:
             raise Forbidden("only an admin may delete shared templates")
         await self._run(self.manager.templates.delete(name, None if shared else self.owner))
 
+    # --- endpoints ----------------------------------------------------------------------------
+
+    async def create_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        admin = bool(request.get("replica", {}).get("mounts")) and await self.is_admin("write")
+        endpoints = self.manager.endpoints
+        return await self._run(endpoints.create(request, self.owner, self.groups, admin))
+
+    async def list_endpoints(self, everyone: bool = False) -> list[dict[str, Any]]:
+        owner = None if everyone and await self.is_admin("read") else self.owner
+        return await self._run(self.manager.endpoints.list_all(owner))
+
+    async def get_endpoint(self, name: str) -> dict[str, Any]:
+        admin = await self.is_admin("read")
+        return await self._run(self.manager.endpoints.get(name, self.owner, admin))
+
+    async def update_endpoint(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        admin = await self.is_admin("write")
+        endpoints = self.manager.endpoints
+        return await self._run(endpoints.update(name, changes, self.owner, self.groups, admin))
+
+    async def delete_endpoint(self, name: str) -> dict[str, Any]:
+        admin = await self.is_admin("write")
+        return await self._run(self.manager.endpoints.delete(name, self.owner, admin))
+
     # --- views --------------------------------------------------------------------------------
 
     async def agents(self) -> list[dict[str, Any]]:

@@ -68,7 +68,7 @@ def nonempty_str(value: Any, path: str, what: str = "a non-empty string") -> str
     return value
 
 
-def _mapping(value: Any, path: str, what: str) -> Mapping[str, Any]:
+def mapping_of(value: Any, path: str, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise SpecError(path, f"must be {what}, got {show(value)}")
     for key in value:
@@ -77,7 +77,7 @@ def _mapping(value: Any, path: str, what: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(value: Any, path: str, what: str) -> list[Any]:
+def list_of(value: Any, path: str, what: str) -> list[Any]:
     if not isinstance(value, (list, tuple)):
         raise SpecError(path, f"must be a list of {what}, got {show(value)}")
     return list(value)
@@ -118,7 +118,7 @@ def int_parser(low: int, high: int) -> Callable[[Any, str], int]:
 
 
 def parse_resources(value: Any, path: str) -> ResourceSlot:
-    mapping = _mapping(value, path, 'a mapping of slot to amount, e.g. {"cpu": 2, "mem": "4g"}')
+    mapping = mapping_of(value, path, 'a mapping of slot to amount, e.g. {"cpu": 2, "mem": "4g"}')
     amounts: dict[str, str | int | float] = {}
     for slot, amount in mapping.items():
         if amount is None:
@@ -170,7 +170,7 @@ def parse_resource_group(value: Any, path: str) -> str:
 
 def parse_depends_on(value: Any, path: str) -> list[str]:
     """Session ids or names, each once (a repeat is dropped; the order is kept)."""
-    items = _list(value, path, "session ids or names")
+    items = list_of(value, path, "session ids or names")
     names = [
         nonempty_str(item, f"{path}[{i}]", "a session id or name") for i, item in enumerate(items)
     ]
@@ -250,7 +250,7 @@ def bound_timeout(value: Any, path: str) -> None:
 
 
 def parse_env(value: Any, path: str) -> dict[str, str]:
-    mapping = _mapping(value, path, 'a mapping of variable name to string, e.g. {"FOO": "1"}')
+    mapping = mapping_of(value, path, 'a mapping of variable name to string, e.g. {"FOO": "1"}')
     env: dict[str, str] = {}
     for key, item in mapping.items():
         where = f"{path}.{key}"
@@ -285,7 +285,7 @@ def bound_mounts(value: Any, path: str) -> None:
 
 
 def parse_mounts(value: Any, path: str) -> list[str]:
-    items = _list(value, path, "data folder names")
+    items = list_of(value, path, "data folder names")
     return [
         nonempty_str(item, f"{path}[{i}]", "a data folder name") for i, item in enumerate(items)
     ]
@@ -310,7 +310,7 @@ def parse_service_port(value: Any, path: str) -> str:
 def parse_service_ports_unbounded(value: Any, path: str) -> list[str]:
     ports: list[str] = []
     seen: set[str] = set()
-    for i, item in enumerate(_list(value, path, "'name:proto:port' strings")):
+    for i, item in enumerate(list_of(value, path, "'name:proto:port' strings")):
         port = parse_service_port(item, f"{path}[{i}]")
         name = ServicePort.parse(port).name
         if name in seen:

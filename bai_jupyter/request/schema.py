@@ -12,7 +12,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from ..model import ClusterMode, SessionSpec, SessionType
+from ..model import ClusterMode, RoleSpec, SessionSpec, SessionType
 from ..resources import ResourceSlot
 from ..runtime.protocol import SERVICE_PROTOCOLS
 from .bounds import (
@@ -51,6 +51,7 @@ from .parsers import (
     parse_timestamp,
     show,
 )
+from .roles import MAX_ROLES, bound_roles, parse_roles
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
         ),
         "startup_command": SpecField(
             parse_command,
-            f"command run in main1; required for batch sessions (at most {MAX_COMMAND} characters)",
+            f"command run in main1: a batch session's task (required), an inference session's "
+            f"model server (at most {MAX_COMMAND} characters)",
             bound_text(MAX_COMMAND),
         ),
         "batch_timeout": SpecField(
@@ -136,6 +138,13 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
             f"(proto: {', '.join(SERVICE_PROTOCOLS)}; ports 2200 and 2300-2304 are reserved)",
             bound_service_ports,
         ),
+        "roles": SpecField(
+            parse_roles,
+            f"cluster roles, each {{name, replicas, image, resources, env, mounts}}: "
+            f"main1 and <name>1 … <name><replicas> (at most {MAX_ROLES} roles; a field a "
+            f"role leaves out is the session's; cluster_size is then their count)",
+            bound_roles,
+        ),
     }
 )
 
@@ -143,6 +152,8 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
 def _to_json(value: Any) -> Any:
     if isinstance(value, ResourceSlot):
         return value.to_json()
+    if isinstance(value, list) and value and isinstance(value[0], RoleSpec):
+        return [role.to_json() for role in value]
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, list):
@@ -198,6 +209,15 @@ def parse_spec(data: Mapping[str, Any], bounded: bool = True) -> SessionSpec:
     skips the limits on sizes and ranges, for records stored before a limit existed.
     """
     spec = SessionSpec(**parse_fields(data, "", bounded))
+    if spec.roles:
+        kernels = len(spec.kernel_shapes())
+        if data.get("cluster_size") not in (None, kernels):
+            raise SpecError(
+                "cluster_size",
+                f"{data['cluster_size']} differs from the {kernels} kernels the roles name "
+                "(leave cluster_size out with roles)",
+            )
+        spec.cluster_size = kernels
     if spec.type is SessionType.BATCH and not (spec.startup_command or "").strip():
         raise SpecError(
             "startup_command", "required when type is batch: give the command to run in main1"

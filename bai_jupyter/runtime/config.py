@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as T
 if TYPE_CHECKING:
     from typing import Any
 
-MODES = ("kernel", "batch", "wait")
+MODES = ("kernel", "batch", "serve", "wait")
 
 
 #: Besides ``BACKENDAI_*``: the names distributed frameworks read.
@@ -54,8 +54,8 @@ class Bootstrap:
             raise BootstrapError("resources must be an object of slot: amount")
         self.resources: dict[str, Any] = resources
         self.startup_command: str | None = _opt_str(data, "startup_command")
-        if mode == "batch" and not (self.startup_command or "").strip():
-            raise BootstrapError("batch mode needs a non-empty startup_command")
+        if mode in ("batch", "serve") and not (self.startup_command or "").strip():
+            raise BootstrapError(f"{mode} mode needs a non-empty startup_command")
         timeout = data.get("batch_timeout")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0

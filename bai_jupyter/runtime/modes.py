@@ -78,8 +78,11 @@ def run_kernel(
         sup.wait(None)
 
 
-def run_batch(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: SSHD | None) -> int:
-    """Run the batch command; its exit code is the session's result."""
+def run_command(
+    sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: SSHD | None
+) -> int:
+    """Run ``startup_command``: a batch task (its exit code is the session's result), or
+    an inference session's model server (``serve``: its exit ends the replica)."""
     if sshd is not None:
         sshd.wait_ready()  # the command may ssh right away; a dead sshd must stop it first
     say(READY)
@@ -87,19 +90,19 @@ def run_batch(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: 
     try:
         child = sup.spawn(["/bin/sh", "-c", command], cwd=args.work_dir, stdin=subprocess.DEVNULL)
     except OSError as e:
-        raise RuntimeFailure(f"cannot start the batch command: {e}") from e
-    say(f"batch command started (pid {child.pid})")
+        raise RuntimeFailure(f"cannot start the {boot.mode} command: {e}") from e
+    say(f"{boot.mode} command started (pid {child.pid})")
     timeout = boot.batch_timeout
     deadline = time.monotonic() + timeout if timeout else None
     while True:
         for signum in sup.take_signals():
             if signum == signal.SIGTERM:
                 sup.stop(child)
-                say("batch command terminated")
+                say(f"{boot.mode} command terminated")
                 return 128 + signal.SIGTERM
             signal_group(child, signum)  # INT/HUP: the command decides
         if child.returncode is not None:
-            say(f"batch command exited with code {child.returncode}")
+            say(f"{boot.mode} command exited with code {child.returncode}")
             return exit_code(child.returncode)
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
@@ -121,4 +124,4 @@ def run_wait(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: S
         sup.wait(None)
 
 
-RUNNERS = {"kernel": run_kernel, "batch": run_batch, "wait": run_wait}
+RUNNERS = {"kernel": run_kernel, "batch": run_command, "serve": run_command, "wait": run_wait}

@@ -94,15 +94,32 @@ class _Placer:
             chosen.append(agent_id)
         return chosen
 
+    def _split_each(self, kernels: list[ResourceSlot]) -> list[str] | None:
+        """Kernels of different sizes one by one, largest first, all or nothing; each on
+        the agents its own slots prefer (a CPU-only role stays off GPU agents)."""
+        order = sorted(range(len(kernels)), key=lambda i: self.pool.vector(kernels[i]))
+        chosen: dict[int, tuple[str, Vector]] = {}
+        for index in reversed(order):
+            vector = self.pool.vector(kernels[index])
+            agent_id = self._choose(self.pool.preferred_partitions(kernels[index]), vector)
+            if agent_id is None:
+                for placed, amount in chosen.values():
+                    self.pool.release(placed, amount)
+                return None
+            self.pool.reserve(agent_id, vector)
+            chosen[index] = (agent_id, vector)
+        return [chosen[i][0] for i in range(len(kernels))]
+
     def place(self, session: Session) -> list[str] | None:
         spec = session.spec
-        if self.pool.unknown_slots(spec.resources):
-            return None
         size, whole = spec.cluster_size, spec.total_resources
+        if self.pool.unknown_slots(whole):
+            return None
+        uniform = spec.uniform
         whole_vec, kernel_vec = self.pool.vector(whole), self.pool.vector(spec.resources)
         try_whole = not self._known_to_fail(True, 1, whole_vec)
-        try_split = spec.cluster_mode is ClusterMode.MULTI_NODE and not self._known_to_fail(
-            False, size, kernel_vec
+        try_split = spec.cluster_mode is ClusterMode.MULTI_NODE and (
+            not uniform or not self._known_to_fail(False, size, kernel_vec)
         )
         if not (try_whole or try_split):
             return None
@@ -111,8 +128,8 @@ class _Placer:
         # agents with more device slots are added, so a GPU agent is used only when
         # nothing else fits. Within a tier, the whole session on one agent goes first
         # (lower latency); in single-node it is the only choice.
-        parts = self.pool.preferred_partitions(spec.resources)
-        wanted = frozenset(spec.resources) & DEVICE_SLOTS
+        parts = self.pool.preferred_partitions(whole)
+        wanted = frozenset(whole) & DEVICE_SLOTS
         start = 0
         for end in range(1, len(parts) + 1):
             needless = len(parts[end - 1].devices - wanted)
@@ -123,11 +140,13 @@ class _Placer:
                 if agent_id is not None:
                     self.pool.reserve(agent_id, whole_vec)
                     return [agent_id] * size
-            if try_split:
+            if try_split and uniform:
                 chosen = self._split(parts[:end], kernel_vec, size)
                 if chosen is not None:
                     return chosen
             start = end
+        if try_split and not uniform:
+            return self._split_each(spec.kernel_slots())
         if try_whole:
             self.failed.append((True, 1, whole_vec))
         if try_split:
@@ -229,9 +248,14 @@ def _smallest_kernel(pending: list[Session]) -> ResourceSlot | None:
     """Per slot, the least any pending kernel asks: agents below it can be skipped."""
     if not pending:
         return None
+    kernels = [
+        slots
+        for s in pending
+        for slots in ([s.spec.resources] if s.spec.uniform else s.spec.kernel_slots())
+    ]
     floor: dict[str, Decimal] = {}
     for slot in KNOWN_SLOTS:
-        floor[slot] = min(s.spec.resources.get_amount(slot) for s in pending)
+        floor[slot] = min(k.get_amount(slot) for k in kernels)
     return ResourceSlot._exact(floor)
 
 

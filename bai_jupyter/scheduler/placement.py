@@ -178,8 +178,11 @@ class AgentPool:
 
     def describe_shortfall(self, spec: SessionSpec) -> str:
         """Why a session does not fit now, in words a user understands."""
-        per_kernel, size = spec.resources, spec.cluster_size
-        whole = spec.resources * size
+        size, whole = spec.cluster_size, spec.total_resources
+        # The largest kernel (by its slots in order): what one agent must hold when split.
+        per_kernel = (
+            max(spec.kernel_slots(), key=self.vector) if not spec.uniform else spec.resources
+        )
         biggest = ResourceSlot._exact(dict(zip(self.slots, self.max_free())))
         missing = self.unknown_slots(whole)
         if missing:
@@ -194,10 +197,8 @@ class AgentPool:
             )
         if spec.cluster_mode is ClusterMode.SINGLE_NODE:
             return f"no single agent has {whole.describe()} free at once"
-        return (
-            f"not enough free agents for {size} kernels of {per_kernel.describe()} each "
-            f"({whole.describe()} in all)"
-        )
+        each = f"{per_kernel.describe()} each" if spec.uniform else "different sizes"
+        return f"not enough free agents for {size} kernels of {each} ({whole.describe()} in all)"
 
 
 def never_fits(spec: SessionSpec, agents: Sequence[Agent]) -> str | None:
@@ -210,9 +211,16 @@ def never_fits(spec: SessionSpec, agents: Sequence[Agent]) -> str | None:
     if not usable:
         return "the resource group has no agents"
     per_kernel, size = spec.resources, spec.cluster_size
-    whole = per_kernel * size
+    whole = spec.total_resources
     if any(whole.fits_in(a.capacity) for a in usable):
         return None
+    if spec.cluster_mode is ClusterMode.MULTI_NODE and not spec.uniform:
+        if _first_fit_decreasing(spec.kernel_slots(), [a.capacity for a in usable]):
+            return None
+        return (
+            f"needs {size} kernels of different sizes ({whole.describe()} in all) but they "
+            "do not fit the group's agents even empty"
+        )
     if spec.cluster_mode is ClusterMode.MULTI_NODE:
         held = sum(_kernels_that_fit(per_kernel, a.capacity, size) for a in usable)
         if held >= size:
@@ -234,3 +242,16 @@ def _kernels_that_fit(per_kernel: ResourceSlot, capacity: ResourceSlot, cap: int
         int(capacity.get_amount(slot) // amount) for slot, amount in per_kernel.items() if amount
     ]
     return min([cap, *counts])
+
+
+def _first_fit_decreasing(kernels: list[ResourceSlot], capacities: list[ResourceSlot]) -> bool:
+    """Whether the kernels fit on empty agents, largest first each on the first that fits."""
+    free = list(capacities)
+    for kernel in sorted(
+        kernels, key=lambda k: [k.get_amount(s) for s in KNOWN_SLOTS], reverse=True
+    ):
+        index = next((i for i, room in enumerate(free) if kernel.fits_in(room)), None)
+        if index is None:
+            return False
+        free[index] = free[index] - kernel
+    return True

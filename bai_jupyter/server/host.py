@@ -22,6 +22,7 @@ from traitlets import Bool, Float, Instance, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..api import SessionsAPI
+from ..endpoints import Router
 from ..errors import Unavailable
 from ..manager import BaiSessionManager, ScopedManager
 from ..model import Status
@@ -135,6 +136,10 @@ class ApiHost(LoggingConfigurable):
         if self._upstream is None:
             self._upstream = upstream_client()
         return self._upstream
+
+    def endpoint_router(self) -> Router | None:
+        """The endpoints' routes, where this host runs the manager (else None)."""
+        return self.manager.replicas.router if self.manager is not None else None
 
     def sessions_api(
         self,

@@ -17,6 +17,7 @@ __all__ = ["openapi"]
 _SESSION_KEY = path_param("key", "session id, or a name of one of your sessions")
 _KERNEL = query_param("kernel", "kernel hostname (main1, sub1 …) or id; default main1")
 _SESSION = reply("the session", ref("Session"))
+_ENDPOINT = reply("the endpoint", ref("Endpoint"))
 
 
 def openapi(base_url: str = "/") -> dict[str, Any]:
@@ -203,6 +204,30 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                     query_param("shared", "the shared one (admins)", enum=["true", "false"])
                 ],
             ),
+        },
+        "/endpoints": {
+            "get": operation(
+                "the caller's inference endpoints",
+                {"200": reply("{endpoints: [...]}", {"type": "object"})},
+                parameters=[
+                    query_param("all", "admins: everyone's endpoints", enum=["true", "false"])
+                ],
+            ),
+            "post": operation(
+                "create an endpoint; its min_replicas replica sessions start",
+                {"201": _ENDPOINT},
+                requestBody={"required": True, **json_content(ref("EndpointRequest"))},
+            ),
+        },
+        "/endpoints/{name}": {
+            "parameters": [path_param("name", "endpoint name")],
+            "get": operation("an endpoint, its replicas, load and decisions", {"200": _ENDPOINT}),
+            "patch": operation(
+                "change settings (scaling merges); a new replica request rolls out",
+                {"200": _ENDPOINT},
+                requestBody={"required": True, **json_content(ref("EndpointRequest"))},
+            ),
+            "delete": operation("remove an endpoint; its replicas end", {"200": _ENDPOINT}),
         },
         "/agents": {
             "get": operation(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..endpoints import METRICS
+from ..endpoints.spec import MAX_REPLICAS
 from ..model import ClusterMode, SessionType, Status
 from ..request import FIELDS, NAME_RE
 from ..request.bounds import (
@@ -17,6 +19,7 @@ from ..request.bounds import (
     MAX_SERVICE_PORTS,
     MAX_TIMESTAMP,
 )
+from ..request.roles import MAX_ROLES, ROLE_NAME_RE
 from .kernel_runs import MODES
 
 
@@ -93,6 +96,32 @@ FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
         "maxItems": MAX_SERVICE_PORTS,
         "nullable": True,
     },
+    "roles": {
+        "type": "array",
+        "maxItems": MAX_ROLES,
+        "nullable": True,
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": f"^{ROLE_NAME_RE.pattern}$"},
+                "replicas": {"type": "integer", "minimum": 1, "maximum": MAX_CLUSTER_SIZE},
+                "image": NULLABLE_STRING,
+                "resources": {
+                    "type": "object",
+                    "nullable": True,
+                    "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "number"}]},
+                },
+                "env": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "nullable": True,
+                },
+                "mounts": {"type": "array", "items": {"type": "string"}, "nullable": True},
+            },
+        },
+    },
 }
 assert set(FIELD_SCHEMAS) == set(FIELDS), "the OpenAPI request schema drifted from FIELDS"
 
@@ -158,6 +187,52 @@ SCHEMAS: dict[str, Any] = {
                     },
                 },
             },
+        },
+    },
+    "EndpointRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "pattern": f"^{NAME_RE.pattern}$"},
+            "replica": {
+                "type": "object",
+                "properties": spec_fields(),
+                "additionalProperties": False,
+                "description": "the session request of each replica (type inference)",
+            },
+            "service": {"type": "string", "description": "the replicas' HTTP service port"},
+            "health_path": {"type": "string", "description": "GET here answers 2xx/3xx"},
+            "health_interval": {"type": "number", "minimum": 0.5, "maximum": 300},
+            "scaling": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "min_replicas": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS},
+                    "max_replicas": {"type": "integer", "minimum": 1, "maximum": MAX_REPLICAS},
+                    "metric": {"type": "string", "enum": list(METRICS)},
+                    "target": {"type": "number", "minimum": 0.01, "maximum": 1e6},
+                    "window": {"type": "number", "minimum": 1, "maximum": 3600},
+                },
+            },
+        },
+    },
+    "Endpoint": {
+        "type": "object",
+        "required": ["id", "name", "owner", "spec", "generation", "desired", "replicas"],
+        "properties": {
+            "id": {"type": "string"},
+            "name": {"type": "string"},
+            "owner": {"type": "string"},
+            "url": {"type": "string", "description": "its route, under the server's base URL"},
+            "spec": {"type": "object"},
+            "generation": {"type": "integer"},
+            "desired": {"type": "integer", "description": "replicas the scaling rule wants"},
+            "state": {"type": "string", "enum": ["ready", "queued", "starting"]},
+            "ready_replicas": {"type": "integer"},
+            "replicas": {"type": "array", "items": {"type": "object"}},
+            "load": {"type": "object"},
+            "decisions": {"type": "array", "items": {"type": "object"}},
+            "error": {"type": "string", "nullable": True},
         },
     },
     "Template": {

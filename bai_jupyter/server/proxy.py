@@ -23,12 +23,11 @@ from tornado import httpclient, httputil, web
 from tornado.web import HTTPError
 
 from ..errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
-from ..model import KernelRole
 from ..registry import local_owner
 from .base import ADMIN, SESSIONS, error_body
 from .checks import require_running
 
-__all__ = ["SessionProxyHandler"]
+__all__ = ["ServiceUnreachable", "SessionProxyHandler"]
 
 #: Query parameters and headers that carry Jupyter's credentials.
 _JUPYTER_QUERY = {"token", "_xsrf"}
@@ -49,10 +48,20 @@ class _ClientGone(httputil.HTTPInputError):
     """
 
 
+class ServiceUnreachable(HTTPError):
+    """The service was not reached (refused, unreachable, no connection in time): the
+    request never went out, so it may go to another replica."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(502, message)
+
+
 class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     """Proxies to the service's port on main1, once the caller is allowed."""
 
     auth_resource = SESSIONS
+    #: Seconds to connect to the service.
+    connect_timeout = 20.0
 
     def initialize(self, app: Any) -> None:
         self.bai = app
@@ -116,12 +125,10 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         if not services[service].proxied:
             raise InvalidRequest(f"service {service!r} is raw tcp: it is not proxied over HTTP")
         require_running(session)
-        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
-        port = main.info.get("ports", {}).get(services[service].port_key)
-        host = main.info.get("host")
-        if not host or not port:
+        self.target = session.service_address(services[service])
+        if self.target is None:
             raise Unavailable(f"session {session.id}: main1's port of {service!r} is not known yet")
-        self.target = (str(host), int(port))
+        host = self.target[0]
         # The key as the caller wrote it (id or name): redirects stay under that path.
         self.proxy_base = url_path_join("bai/sessions", session_id, "proxy", service)
         self.host_allowlist = [str(host)]
@@ -280,20 +287,25 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             streaming_callback=on_chunk,
         )
         request.request_timeout = self.bai.proxy_timeout or None
+        request.connect_timeout = self.connect_timeout
+        error: BaseException | None
         try:
             response = await self.bai.upstream().fetch(request, raise_error=False)
         except (httpclient.HTTPError, OSError) as exc:
-            # OSError: nothing listens on the port (refused, reset, unreachable); tornado
-            # raises it as is, not as an HTTPError 599.
-            if self.client_gone:
-                return  # nobody to answer: the upstream connection is closed already
-            raise HTTPError(502, f"the service did not answer: {exc}") from None
+            error = exc
+        else:  # an HTTP error status is the service's answer; 599 is no answer
+            error = response.error
+            if isinstance(error, httpclient.HTTPError) and error.code != 599:
+                error = None
         if self.client_gone:
-            return
-        if response.error is not None and not isinstance(response.error, httpclient.HTTPError):
+            return  # nobody to answer: the upstream connection is closed already
+        if error is not None:
             if started:
                 return  # the head is out: all we can do is end the body early
-            raise HTTPError(502, f"the service did not answer: {response.error}")
+            # OSError: nothing listens (refused, unreachable); tornado raises it as is.
+            if isinstance(error, OSError) or "connect" in str(error):
+                raise ServiceUnreachable(f"the service did not answer: {error}")
+            raise HTTPError(502, f"the service did not answer: {error}")
         send_head()
         self._record_activity()
 

@@ -10,6 +10,7 @@ from tornado import web
 from .agents import AgentsHandler
 from .attach import AttachKernelspecHandler
 from .base import BaiHandler
+from .endpoints import EndpointHandler, EndpointProxyHandler, EndpointsHandler
 from .events import EventsHandler
 from .execute import ExecuteHandler
 from .launches import SessionsLaunchHandler
@@ -56,6 +57,8 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions/{_KEY}/kernel-token", KernelTokenHandler),
         (f"{API}/sessions/{_KEY}/services", ServicesHandler),
         (f"{API}/sessions/{_KEY}/kernelspec", AttachKernelspecHandler),
+        (f"{API}/endpoints", EndpointsHandler),
+        (f"{API}/endpoints/{_KEY}", EndpointHandler),
         (f"{API}/templates", TemplatesHandler),
         (f"{API}/templates/{_KEY}", TemplateHandler),
         (f"{API}/agents", AgentsHandler),
@@ -69,6 +72,7 @@ def routes(app: Any) -> list[tuple[Any, ...]]:
     """Every route of the extension, the proxy's included."""
     table: list[tuple[Any, ...]] = list(api_routes())
     table.append((f"/bai/sessions/{_KEY}/proxy/{_KEY}(/.*|)", SessionProxyHandler, {"app": app}))
+    table.append((f"/bai/endpoints/{_KEY}()(/.*|)", EndpointProxyHandler, {"app": app}))
     # Extension routes come before the server's own: this one replaces /api/sessions.
     table.append((r"/api/sessions", SessionsLaunchHandler))
     return table

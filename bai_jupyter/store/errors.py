@@ -14,4 +14,4 @@ class StoreVersionError(StoreError):
 
 
 class NameConflict(StoreError):
-    """The owner already has a live session with that name."""
+    """A name taken: by a live session of the same owner, or by any endpoint."""

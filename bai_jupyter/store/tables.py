@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 #: Bump with every change of the tables below, and add the step to ``MIGRATIONS``.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = sa.MetaData()
 
@@ -107,5 +107,16 @@ owners_table = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
 )
 
+#: Inference endpoints: the name is unique in the store (it is the endpoint's URL).
+endpoints_table = sa.Table(
+    "bai_endpoints",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("name", sa.String(64), nullable=False, unique=True),
+    sa.Column("owner", sa.String(256), nullable=False, index=True),
+    #: The whole record (``bai_jupyter.endpoints.Endpoint.to_json``).
+    sa.Column("data", sa.JSON, nullable=False),
+)
+
 #: version → the tables its successor added (each step only adds tables).
-MIGRATIONS: dict[int, list[sa.Table]] = {1: [owners_table]}
+MIGRATIONS: dict[int, list[sa.Table]] = {1: [owners_table], 2: [endpoints_table]}

@@ -44,6 +44,7 @@ _SESSION_FIELDS = (
     "depends_on",
     "exit_code",
     "starts_at",
+    "roles",
 )
 _REQUIRED_SESSION_FIELDS = {
     "id": "a unique session id",
@@ -51,7 +52,15 @@ _REQUIRED_SESSION_FIELDS = {
     "resources": 'per-kernel slots, e.g. {"cpu": "1", "mem": "4g"}',
 }
 #: Session fields that are :class:`SessionSpec` fields, validated by :func:`parse_spec`.
-_SPEC_FIELDS = ("resources", "cluster_size", "cluster_mode", "priority", "depends_on", "starts_at")
+_SPEC_FIELDS = (
+    "resources",
+    "cluster_size",
+    "cluster_mode",
+    "priority",
+    "depends_on",
+    "starts_at",
+    "roles",
+)
 
 
 class TraceError(SpecError):
