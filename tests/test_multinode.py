@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -303,11 +304,14 @@ async def test_a_lost_engine_ends_only_its_sessions_and_is_cleaned_when_back(
         doomed = _node(swarm_engines, alone.kernels[0].agent_id)
         assert elsewhere.kernels[0].agent_id != doomed.name
 
+        crashed = time.monotonic()
         doomed.crash()
         for sid in (spread.id, alone.id):
             ended = await mgr.wait_for(sid, {Status.ERROR}, timeout=60)
             assert (ended.status, ended.status_info) == (Status.ERROR, "agent-lost")
             assert ended.status_data["agent"] == doomed.name
+        # Within the configured time (plus a check's interval and its ping's timeout).
+        assert time.monotonic() - crashed < mgr.agent_lost_timeout + 3
         assert (await mgr.get(elsewhere.id)).status is Status.RUNNING
         assert await _sh(mgr, elsewhere.id, "hostname") == "main1"
         others = [node for node in swarm_engines.nodes if node is not doomed]
@@ -335,3 +339,16 @@ async def test_a_lost_engine_ends_only_its_sessions_and_is_cleaned_when_back(
         # It takes sessions again.
         again = await _running(mgr, SPREAD)
         assert doomed.name in {k.agent_id for k in again.kernels}
+
+        # Destroyed while an engine is down for a moment (not lost): the kernels elsewhere
+        # go at once, those on the engine when it answers again.
+        mgr.agent_lost_timeout = 600.0
+        doomed.crash()
+        assert (await mgr.destroy(again.id)).status is Status.TERMINATED
+        assert not any(_containers(node, again.id) for node in others)
+        await asyncio.to_thread(doomed.start)
+
+        async def swept() -> bool:
+            return not _containers(doomed, again.id) and not _overlay(swarm_engines, again.id)
+
+        await _eventually(swept, f"{again.id} removed from {doomed.name} once it answers")

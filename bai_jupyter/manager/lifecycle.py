@@ -82,20 +82,24 @@ class Lifecycle:
     async def teardown(self, session: Session, final: Status, info: str | None) -> Session:
         """Keep the logs, remove the kernels everywhere, then record ``final``.
 
-        A lost agent is not asked: its kernels go when it answers again."""
+        A lost agent is not asked, and one that fails is asked again: its kernels go when
+        it answers again (``liveness``)."""
         await self._keep_logs(session)
         agent_ids = {k.agent_id for k in session.kernels if k.agent_id}
+        failed: set[str] = set()
         for agent_id in agent_ids - self.core.lost:
             agent = self.core.agents.get(agent_id)
             if agent is not None:
                 try:
                     await agent.destroy_session(session.id)
                 except AgentError as exc:
+                    failed.add(agent_id)
                     self.core.log.warning("bai-jupyter: removing %s: %s", session.id, exc)
         if len(agent_ids) > 1:
             await self.multinode.release(session)
         if session.status is not final:
             session = await self.core.transition(session.id, final, info)
+        self.core.unswept |= failed  # once the session is ended: a sweep removes its kernels
         self.core.wake()
         return session
 

@@ -6,7 +6,9 @@ scheduler places nothing there (``schedulable`` off in the store), and the
 sessions with a kernel there end ERROR ``agent-lost`` (their kernels on other
 agents removed; the rest of the sessions keep running). When it answers again,
 its kernels of sessions that ended meanwhile are removed (the overlays those
-sessions held go at the next checks), and it takes sessions again.
+sessions held go at the next checks), and it takes sessions again. An agent
+that failed to remove an ended session's kernels while down for less than that
+is swept the same way when it next answers.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class Liveness:
                 self._last_answer[agent.id] = now
                 if agent.id in self.core.lost:
                     await self._returned(agent)
+                elif agent.id in self.core.unswept:
+                    await self._sweep(agent)
                 elif agent.id in self.reconciler.unreachable:
                     # Silent when the manager started: its sessions were not judged then.
                     self.reconciler.unreachable.discard(agent.id)
@@ -121,6 +125,15 @@ class Liveness:
         if session.status is Status.ERROR and session.status_info == "agent-lost":
             await self.lifecycle.teardown(session, Status.ERROR, "agent-lost")
 
+    async def _sweep(self, agent: AgentBackend) -> None:
+        """Remove what a teardown could not remove from an agent down for a moment."""
+        self.core.unswept.discard(agent.id)
+        try:
+            await self.reconciler.sweep_agent(agent)
+        except AgentError as exc:
+            self.core.unswept.add(agent.id)
+            self.core.log.warning("bai-jupyter: agent %s: %s (tried again later)", agent.id, exc)
+
     async def _returned(self, agent: AgentBackend) -> None:
         core = self.core
         core.log.info("bai-jupyter: agent %s answers again: reconciling it", agent.id)
@@ -130,5 +143,6 @@ class Liveness:
             core.log.warning("bai-jupyter: agent %s: %s (tried again later)", agent.id, exc)
             return
         core.lost.discard(agent.id)
+        core.unswept.discard(agent.id)
         await self._schedulable(agent.id, True)
         core.wake()

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import docker.errors
+import requests.exceptions
 from docker.client import DockerClient
 from docker.types.services import Mount as _SDKMount
 
@@ -140,11 +141,24 @@ class Engine:
         return self._client.api
 
     async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one blocking SDK call in a thread; engine errors become :class:`AgentError`."""
+        """Run one blocking SDK call in a thread; engine errors become :class:`AgentError`.
+
+        A local socket is probed first, as in :func:`new_client`."""
+        path = unix_socket(self.endpoint)
+
+        def probed() -> T:
+            if path is not None:  # a dead engine: refused here, not by the SDK (which leaks)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.settimeout(5)
+                    probe.connect(path)
+            return fn(*args, **kwargs)
+
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await asyncio.to_thread(probed)
         except docker.errors.DockerException as exc:
             raise AgentError(f"{what}: {explain(exc)}") from exc
+        except (requests.exceptions.RequestException, OSError) as exc:  # the engine is gone
+            raise AgentError(f"{what}: the engine does not answer: {exc}") from exc
 
     async def close(self) -> None:
         """Drop the client; later calls say the agent is closed."""
