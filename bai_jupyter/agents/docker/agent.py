@@ -74,6 +74,13 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
         "access listener (%bai in kernels) listens there. '': the egress bridge's gateway on "
         "a local engine without `address`; none elsewhere.",
     )
+    tls_cert_path = Unicode(
+        "",
+        config=True,
+        help="A directory with ca.pem, cert.pem and key.pem: a tcp:// endpoint is reached "
+        "over TLS, the engine verified against ca.pem (as DOCKER_CERT_PATH for the Docker "
+        "CLI). '': plain TCP (only on a trusted network), or DOCKER_* when no endpoint is set.",
+    )
     disk_limit = Unicode(
         "",
         config=True,
@@ -106,7 +113,7 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
         self.publish_ip = self.address or "127.0.0.1"
         #: Where the bootstrap files of a local engine's kernels live until destroy.
         self.bootstrap_root = Path(jupyter_runtime_dir()) / "bai_jupyter" / "bootstrap"
-        self.engine = Engine(self.id, self.endpoint)
+        self.engine = Engine(self.id, self.endpoint, self.tls_cert_path)
         self.networks = Networks(self.engine)
         self.containers = KernelContainers(self, self.engine, self.log)
         self.images = EngineImages(self.engine)
@@ -124,7 +131,7 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
         return await engine_answers(endpoint, timeout)
 
     async def available(self) -> bool:
-        return await engine_answers(self.endpoint)
+        return await engine_answers(self.endpoint, tls_dir=self.tls_cert_path)
 
     def announce(self, why: str) -> None:
         """One line, named or chosen by ``auto``: the engine answered either way."""

@@ -10,11 +10,13 @@ import asyncio
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker.errors
 import requests.exceptions
 from docker.client import DockerClient
+from docker.tls import TLSConfig as _TLSConfig
 from docker.types.services import Mount as _SDKMount
 
 from ..base import AgentError
@@ -24,6 +26,7 @@ __all__ = ["BindMount", "Engine", "engine_answers", "explain", "gather_all", "un
 #: The SDK has no type hints: we hold its objects as ``Any`` at this one boundary
 #: (calling its unannotated functions directly is an error under mypy --strict).
 _SDKClient: Any = DockerClient
+_TLS: Any = _TLSConfig
 #: A bind mount (``docker.types.Mount``; unannotated, hence ``Any``).
 BindMount: Any = _SDKMount
 
@@ -48,11 +51,13 @@ def sees_our_files(endpoint: str | None) -> bool:
     return url.startswith(("unix://", "http+unix://", "npipe://"))
 
 
-def new_client(endpoint: str | None, timeout: float) -> Any:
+def new_client(endpoint: str | None, timeout: float, tls_dir: str = "") -> Any:
     """A blocking SDK client; its constructor already asks the engine's API version.
 
     A local socket is probed first: the SDK leaks its socket when the connect
-    fails (a ResourceWarning on every try while the engine is down)."""
+    fails (a ResourceWarning on every try while the engine is down). ``tls_dir``:
+    a ``tcp://`` engine verified with ``ca.pem`` and reached with ``cert.pem`` /
+    ``key.pem`` from that directory (as ``DOCKER_CERT_PATH`` for the CLI)."""
     path = unix_socket(endpoint)
     if path is not None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -60,7 +65,15 @@ def new_client(endpoint: str | None, timeout: float) -> Any:
             probe.connect(path)
     if endpoint is None:
         return _SDKClient.from_env(timeout=timeout, max_pool_size=_POOL_SIZE)
-    return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE)
+    tls: Any = False
+    if tls_dir:
+        certs = Path(tls_dir)
+        tls = _TLS(
+            client_cert=(str(certs / "cert.pem"), str(certs / "key.pem")),
+            ca_cert=str(certs / "ca.pem"),
+            verify=True,
+        )
+    return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE, tls=tls)
 
 
 def explain(exc: BaseException) -> str:
@@ -69,12 +82,14 @@ def explain(exc: BaseException) -> str:
     return str(explanation or exc)
 
 
-async def engine_answers(endpoint: str | None = None, timeout: float = 3) -> bool:
+async def engine_answers(
+    endpoint: str | None = None, timeout: float = 3, tls_dir: str = ""
+) -> bool:
     """Whether a Docker engine answers a ping at ``endpoint`` within ``timeout`` seconds."""
 
     def ping() -> bool:
         try:
-            client = new_client(endpoint, timeout)
+            client = new_client(endpoint, timeout, tls_dir)
         except Exception:
             return False
         try:
@@ -113,17 +128,19 @@ async def gather_all(aws: Iterable[Awaitable[T]]) -> list[T]:
 class Engine:
     """The engine of one agent: an SDK client made on first use, and calls in threads."""
 
-    def __init__(self, agent_id: str, endpoint: str | None) -> None:
+    def __init__(self, agent_id: str, endpoint: str | None, tls_dir: str = "") -> None:
         self.agent_id = agent_id
         #: ``None``: the environment's engine (``DOCKER_HOST`` or the local socket).
         self.endpoint = endpoint
+        #: Client certificates of a ``tcp://`` engine (see :func:`new_client`).
+        self.tls_dir = tls_dir
         self.closed = False
         self._client: Any = None
         self._lock = asyncio.Lock()
 
     def new_client(self, timeout: float = 60) -> Any:
         """A client of its own, for a thread that blocks on the engine (the event stream)."""
-        return new_client(self.endpoint, timeout)
+        return new_client(self.endpoint, timeout, self.tls_dir)
 
     async def api(self) -> Any:
         """The low-level client, created on first use (in a thread: it talks to the engine)."""
