@@ -147,7 +147,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def swarm_engines(kernel_image: str) -> Iterator[Any]:
     """Three more Docker engines, each in a network namespace of its own, in one Swarm,
-    each holding the kernel image (see ``engines_harness``); stopped after the session."""
+    each holding the kernel image, and a fourth in no Swarm (see ``engines_harness``);
+    stopped after the session."""
     import engines_harness
 
     if os.geteuid() != 0:
@@ -155,5 +156,5 @@ def swarm_engines(kernel_image: str) -> Iterator[Any]:
     missing = engines_harness.missing_tools()
     if missing:
         skip_or_fail(f"several Docker engines need {', '.join(missing)} (iproute2, util-linux)")
-    with engines_harness.running(kernel_image) as engines:
+    with engines_harness.running(kernel_image, outside=1) as engines:
         yield engines

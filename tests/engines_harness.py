@@ -31,7 +31,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -190,25 +190,32 @@ class Engines:
     host_address: str
     nodes: list[Node]
     lock: IO[bytes] | None = None
+    #: Engines started beside the Swarm but not in it (an agent that cannot take part).
+    outside: list[Node] = field(default_factory=list)
     #: Where the bridge joining the nodes lives.
     switch: str = ""
     host_link: str = ""
 
+    @property
+    def every_node(self) -> list[Node]:
+        return [*self.nodes, *self.outside]
+
+    def agent(self, node: Node, slots: dict[str, Any], **options: Any) -> dict[str, Any]:
+        """A ``BaiSessionManager.agents`` entry: ports published on the node's address,
+        kernels calling the manager back at the host's."""
+        return {
+            "id": node.name,
+            "backend": "docker",
+            "endpoint": node.endpoint,
+            "address": node.address,
+            "manager_address": self.host_address,
+            "slots": slots,
+            **options,
+        }
+
     def agents(self, slots: dict[str, Any], **options: Any) -> list[dict[str, Any]]:
-        """``BaiSessionManager.agents`` entries, one per node: ports published on the
-        node's address, kernels calling the manager back at the host's."""
-        return [
-            {
-                "id": node.name,
-                "backend": "docker",
-                "endpoint": node.endpoint,
-                "address": node.address,
-                "manager_address": self.host_address,
-                "slots": slots,
-                **options,
-            }
-            for node in self.nodes
-        ]
+        """One agent entry per node of the Swarm."""
+        return [self.agent(node, slots, **options) for node in self.nodes]
 
 
 def _take_slot() -> tuple[int, IO[bytes]]:
@@ -227,13 +234,13 @@ def _take_slot() -> tuple[int, IO[bytes]]:
 def _wipe_network(engines: Engines) -> None:
     """Remove the slot's namespaces and host veth (a crashed run's too)."""
     _quiet("ip", "link", "del", engines.host_link)
-    for name in [engines.switch, *(node.netns for node in engines.nodes)]:
+    for name in [engines.switch, *(node.netns for node in engines.every_node)]:
         _quiet("ip", "netns", "del", name)
 
 
 def _kill_stale(engines: Engines) -> None:
     """A crashed run's engines in this slot (we hold its lock: nobody else uses them)."""
-    for node in engines.nodes:
+    for node in engines.every_node:
         pidfile = node.run_dir / "docker.pid"
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
@@ -253,7 +260,7 @@ def _make_network(engines: Engines) -> None:
     _run("ip", "-n", sw, "link", "set", "host", "master", "br0", "up")
     _run("ip", "addr", "add", f"{engines.host_address}/24", "dev", engines.host_link)
     _run("ip", "link", "set", engines.host_link, "up")
-    for node in engines.nodes:
+    for node in engines.every_node:
         ns = node.netns
         _run("ip", "netns", "add", ns)
         _run("ip", "-n", ns, "link", "set", "lo", "up")
@@ -368,14 +375,18 @@ def missing_tools() -> list[str]:
     return [tool for tool in need if shutil.which(tool) is None]
 
 
-def bring_up(image: str, count: int = 3) -> Engines:
-    """Start ``count`` engines in a Swarm, each holding ``image``; tear down on failure."""
+def bring_up(image: str, count: int = 3, outside: int = 0) -> Engines:
+    """Start ``count`` engines in a Swarm, each holding ``image``, and ``outside`` more in
+    no Swarm (holding no image); tear down on failure."""
     slot, lock = _take_slot()
     prefix = f"198.18.{200 + slot}"
     engines = Engines(
         slot=slot,
         host_address=f"{prefix}.1",
         nodes=[Node(slot, i, f"{prefix}.{10 + i}") for i in range(1, count + 1)],
+        outside=[
+            Node(slot, i, f"{prefix}.{10 + i}") for i in range(count + 1, count + outside + 1)
+        ],
         lock=lock,
         switch=f"bai-t{slot}-switch",
         host_link=f"tsw{slot}h",
@@ -384,11 +395,11 @@ def bring_up(image: str, count: int = 3) -> Engines:
         _kill_stale(engines)
         _wipe_network(engines)
         _make_network(engines)
-        for node in engines.nodes:
+        for node in engines.every_node:
             # A fresh Swarm every run: a kept one may hold stale members and networks.
             shutil.rmtree(node.data / "data" / "swarm", ignore_errors=True)
-        _parallel([node.start for node in engines.nodes])
-        _parallel([lambda node=node: _clean_engine(node) for node in engines.nodes])
+        _parallel([node.start for node in engines.every_node])
+        _parallel([lambda node=node: _clean_engine(node) for node in engines.every_node])
         _parallel([lambda node=node: _ensure_image(node, image) for node in engines.nodes])
         _form_swarm(engines)
     except BaseException:
@@ -400,7 +411,7 @@ def bring_up(image: str, count: int = 3) -> Engines:
 def tear_down(engines: Engines) -> None:
     """Leave the Swarm, stop the engines, remove the namespaces and the host's veth; the
     data roots (image stores) stay."""
-    for node in engines.nodes:
+    for node in engines.every_node:
         if node.proc is None:
             continue
         with contextlib.suppress(Exception):
@@ -409,15 +420,15 @@ def tear_down(engines: Engines) -> None:
                 client.api.remove_container(container["Id"], force=True, v=True)
             client.api.leave_swarm(force=True)
             client.close()
-    _parallel([node.stop for node in engines.nodes])
+    _parallel([node.stop for node in engines.every_node])
     _wipe_network(engines)
     if engines.lock is not None:
         engines.lock.close()
 
 
 @contextlib.contextmanager
-def running(image: str, count: int = 3) -> Iterator[Engines]:
-    engines = bring_up(image, count)
+def running(image: str, count: int = 3, outside: int = 0) -> Iterator[Engines]:
+    engines = bring_up(image, count, outside)
     try:
         yield engines
     finally:

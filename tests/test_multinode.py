@@ -203,17 +203,15 @@ def _hidden_on(node: Node, path: Path) -> Iterator[None]:
 async def test_a_spread_request_is_refused_at_create_where_it_could_not_run(
     tmp_path: Path, swarm_engines: Engines
 ) -> None:
-    # The default engine is in no Swarm: a request that must be spread is refused.
-    agents = [
-        *swarm_engines.agents(SLOTS)[:2],
-        {"id": "host", "backend": "docker", "slots": SLOTS, "host_firewall": False},
-    ]
+    # An engine in no Swarm: a request that must be spread is refused.
+    loner = swarm_engines.outside[0]
+    agents = [*swarm_engines.agents(SLOTS)[:2], swarm_engines.agent(loner, SLOTS)]
     async with _manager(tmp_path, swarm_engines, "a", agents=agents) as mgr:
         with pytest.raises(InvalidRequest) as refused:
             await mgr.create(SPREAD, "alice")
         message = str(refused.value)
         assert message.startswith("cluster_mode: 3 kernels of ")
-        assert "host is not in an active Swarm (inactive)" in message
+        assert f"{loner.name} is not in an active Swarm (inactive)" in message
         assert "`docker swarm init --advertise-addr ADDR`" in message
         assert "`docker swarm join --token TOKEN ADDR:2377`" in message
         # One agent can hold it: accepted (it runs there, on a local bridge).
