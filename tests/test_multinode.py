@@ -120,6 +120,15 @@ async def test_a_cluster_too_big_for_one_engine_runs_across_three(
                 kernel.hostname
             ]
         assert _overlay(swarm_engines, sid)[0]["Driver"] == "overlay"
+        # main1's ports are published on its engine's address only (never on 0.0.0.0).
+        first = _node(swarm_engines, session.kernels[0].agent_id)
+        client = first.client()
+        try:
+            cid = _containers(first, sid)[0]["Id"]
+            bindings = client.api.inspect_container(cid)["HostConfig"]["PortBindings"]
+        finally:
+            client.close()
+        assert bindings and {b["HostIp"] for v in bindings.values() for b in v} == {first.address}
 
         for host in ("main1", "sub2"):  # names resolve across engines, both ways
             script = "for h in main1 sub1 sub2; do getent hosts $h >/dev/null && echo $h; done"
