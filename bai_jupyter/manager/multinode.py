@@ -55,9 +55,7 @@ class MultiNode:
             await self.swarm.check(agents)
             await self._check_folders(spec, owner, agents)
         except AgentError as exc:
-            sizes = (
-                spec.resources.describe() if spec.uniform else f"{whole.describe()} in all"
-            )
+            sizes = spec.resources.describe() if spec.uniform else f"{whole.describe()} in all"
             field = "mounts" if isinstance(exc, _FoldersUnseen) else "cluster_mode"
             raise InvalidRequest(
                 f"{field}: {spec.cluster_size} kernels of {sizes} fit no "
