@@ -111,8 +111,8 @@ class Node:
         except OSError:
             return False
 
-    def start(self, timeout: float = 60) -> None:
-        """Start its dockerd and wait until it answers."""
+    def start(self, timeout: float = 60, extra: str = "") -> None:
+        """Start its dockerd (``extra``: more of its options) and wait until it answers."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         etc = self.data / "etc-docker"
         etc.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ class Node:
             f"mount --bind {etc} /etc/docker && hostname {self.netns} && exec dockerd "
             f"--data-root {self.data / 'data'} --exec-root {self.exec_root} "
             f"--pidfile {self.run_dir / 'docker.pid'} -H {self.endpoint} "
-            f"--cgroup-parent {self.netns} --log-level warn"
+            f"--cgroup-parent {self.netns} --log-level warn {extra}"
         )
         log: IO[bytes]
         with (self.run_dir / "dockerd.log").open("ab") as log:

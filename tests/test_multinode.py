@@ -359,3 +359,85 @@ async def test_a_lost_engine_ends_only_its_sessions_and_is_cleaned_when_back(
             return not _containers(doomed, again.id) and not _overlay(swarm_engines, again.id)
 
         await _eventually(swept, f"{again.id} removed from {doomed.name} once it answers")
+
+
+def _certificates(folder: Path, address: str) -> tuple[Path, Path]:
+    """A CA, a server certificate for ``address`` and a client certificate (openssl)."""
+
+    def ssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    server, client = folder / "server", folder / "client"
+    server.mkdir()
+    client.mkdir()
+    ssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+    )
+    (folder / "san.cnf").write_text(
+        f"subjectAltName = IP:{address}\nextendedKeyUsage = serverAuth\n"
+    )
+    (folder / "client.cnf").write_text("extendedKeyUsage = clientAuth\n")
+    for who, ext in ((server, "san.cnf"), (client, "client.cnf")):
+        ssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={who.name}",
+            "-keyout",
+            str(who / "key.pem"),
+            "-out",
+            str(who / "req.csr"),
+        )
+        ssl(
+            "x509",
+            "-req",
+            "-in",
+            str(who / "req.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            ext,
+            "-out",
+            str(who / "cert.pem"),
+        )
+        (who / "ca.pem").write_bytes((folder / "ca.pem").read_bytes())
+    return server, client
+
+
+async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines: Engines) -> None:
+    loner = swarm_engines.outside[0]
+    server, client = _certificates(tmp_path, loner.address)
+    tls = (
+        f"-H tcp://{loner.address}:2376 --tlsverify --tlscacert {server / 'ca.pem'} "
+        f"--tlscert {server / 'cert.pem'} --tlskey {server / 'key.pem'}"
+    )
+    await asyncio.to_thread(loner.stop)
+    await asyncio.to_thread(loner.start, 60, tls)
+    endpoint = f"tcp://{loner.address}:2376"
+    entry = {"id": "tls", "endpoint": endpoint, "tls_cert_path": str(client), "slots": SLOTS}
+    async with _manager(tmp_path, swarm_engines, "tls", agents=[entry]) as mgr:
+        agent = mgr.core.agents["tls"]
+        assert await agent.available()
+        assert (await agent.swarm_node()).state == "inactive"  # type: ignore[attr-defined]
+    plain = {"id": "plain", "endpoint": endpoint, "slots": SLOTS}
+    async with _manager(tmp_path, swarm_engines, "plain", agents=[plain]) as mgr:
+        assert not await mgr.core.agents["plain"].available()  # the engine wants a certificate

@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 import docker.errors
 import requests.exceptions
 from docker.client import DockerClient
+from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.tls import TLSConfig as _TLSConfig
 from docker.types.services import Mount as _SDKMount
+from docker.utils.utils import version_lt as _version_lt
 
 from ..base import AgentError
 
@@ -27,6 +29,7 @@ __all__ = ["BindMount", "Engine", "engine_answers", "explain", "gather_all", "un
 #: (calling its unannotated functions directly is an error under mypy --strict).
 _SDKClient: Any = DockerClient
 _TLS: Any = _TLSConfig
+_older: Any = _version_lt
 #: A bind mount (``docker.types.Mount``; unannotated, hence ``Any``).
 BindMount: Any = _SDKMount
 
@@ -65,15 +68,37 @@ def new_client(endpoint: str | None, timeout: float, tls_dir: str = "") -> Any:
             probe.connect(path)
     if endpoint is None:
         return _SDKClient.from_env(timeout=timeout, max_pool_size=_POOL_SIZE)
-    tls: Any = False
     if tls_dir:
-        certs = Path(tls_dir)
-        tls = _TLS(
-            client_cert=(str(certs / "cert.pem"), str(certs / "key.pem")),
-            ca_cert=str(certs / "ca.pem"),
-            verify=True,
+        return _tls_client(endpoint, timeout, Path(tls_dir))
+    return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE)
+
+
+def _tls_client(endpoint: str, timeout: float, certs: Path) -> Any:
+    """A client of a ``tcp://`` engine over verified TLS.
+
+    ``requests`` lets ``REQUESTS_CA_BUNDLE`` override a session's own CA file, so
+    the client ignores the environment (``trust_env``); the API version is then
+    agreed by hand (the SDK's own negotiation would run before that is set)."""
+    tls = _TLS(
+        client_cert=(str(certs / "cert.pem"), str(certs / "key.pem")),
+        ca_cert=str(certs / "ca.pem"),
+        verify=True,
+    )
+
+    def made(version: str) -> Any:
+        client = _SDKClient(
+            base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE, tls=tls, version=version
         )
-    return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE, tls=tls)
+        client.api.trust_env = False
+        return client
+
+    probe = made(DEFAULT_DOCKER_API_VERSION)
+    try:
+        server = str(probe.api.version(api_version=False)["ApiVersion"])
+    finally:
+        probe.close()
+    ours = DEFAULT_DOCKER_API_VERSION
+    return made(server if _older(server, ours) else ours)
 
 
 def explain(exc: BaseException) -> str:
