@@ -83,6 +83,9 @@ class KernelPlan:
     #: What the manager keeps for the session's owner and never hands to the kernel (the
     #: private key of a system session's SFTP key pair); agents ignore it.
     private: dict[str, Any] = field(default_factory=dict)
+    #: The network the session's kernels share across agents (a Swarm overlay, made by the
+    #: manager) when they are spread over several; ``None``: the agent makes its own.
+    network: str | None = None
 
 
 def kernel_environ(session: Session, kernel: Kernel) -> dict[str, str]:

@@ -26,6 +26,11 @@ median, p90, min and max per arm, the ratio of each median to both baselines,
 the goals (size 1 ≤ 1.2×, size 4 ≤ 1.6× the raw container), and each size-N
 median over the ``raw-sdk×N`` floor.
 
+``--multi-node`` runs the multi-node arm instead (``bench/multinode_start.py``):
+a size-3 session spread over three engines in a Swarm against a size-3 session
+on one engine and three raw containers started at once on the three engines
+(needs root: the engines run in network namespaces of their own).
+
 Everything the bench starts is removed on exit, Ctrl-C and SIGTERM included:
 the sessions through the manager, then (should any remain) every container and
 network labelled with one of the bench's session ids, and the raw containers by
@@ -366,10 +371,21 @@ def main() -> None:
         "--settle", type=float, default=0.5, help="seconds between samples (engine clean-up)"
     )
     parser.add_argument("--image", default=None, help="kernel image (default: the manager's)")
+    parser.add_argument(
+        "--multi-node",
+        action="store_true",
+        help="the multi-node arm: three engines in a Swarm (bench/multinode_start.py)",
+    )
     args = parser.parse_args()
     if args.runs < 1 or args.warmup < 0 or args.settle < 0:
         parser.error("--runs must be ≥ 1, --warmup and --settle ≥ 0")
     image = args.image or BaiSessionManager().default_image
+    if args.multi_node:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import multinode_start
+
+        multinode_start.run(image, args.runs, args.warmup, args.settle)
+        return
     try:
         client = _SDKClient.from_env(timeout=120)
         client.images.get(image)

@@ -155,3 +155,22 @@ async def started_manager(mgr: Any) -> AsyncIterator[Any]:
         live = [s for s in await mgr.list_sessions() if not s.status.is_terminal]
         await asyncio.gather(*(mgr.destroy(s.id) for s in live))
         await mgr.stop()
+
+
+# --- several Docker engines as several hosts, in one Swarm ----------------------------------
+
+
+@pytest.fixture(scope="session")
+def swarm_engines(kernel_image: str) -> Iterator[Any]:
+    """Three more Docker engines, each in a network namespace of its own, in one Swarm,
+    each holding the kernel image, and a fourth in no Swarm (see ``engines_harness``);
+    stopped after the session."""
+    import engines_harness
+
+    if os.geteuid() != 0:
+        skip_or_fail("several Docker engines need root (network namespaces, dockerd)")
+    missing = engines_harness.missing_tools()
+    if missing:
+        skip_or_fail(f"several Docker engines need {', '.join(missing)} (iproute2, util-linux)")
+    with engines_harness.running(kernel_image, outside=1) as engines:
+        yield engines

@@ -7,7 +7,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..agents.base import AgentError
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
 from ..model import Session, Status
 from ..request import SpecError, apply_template
@@ -15,7 +14,9 @@ from ..resources import ResourceError
 from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
 from ..store import NameConflict
 from .core import Core
+from .images import image_known
 from .mount_check import ADMIN_MOUNTS, MountCheck
+from .multinode import MultiNode
 from .policies import Policies
 from .sftp import check_agents
 
@@ -34,10 +35,13 @@ class AdmissionSettings(Protocol):
 class Admission:
     """Checks a request completely before it is stored, so nothing doomed ever queues."""
 
-    def __init__(self, core: Core, settings: AdmissionSettings, mounts: MountCheck) -> None:
+    def __init__(
+        self, core: Core, settings: AdmissionSettings, mounts: MountCheck, multinode: MultiNode
+    ) -> None:
         self.core = core
         self.settings = settings
         self.mounts = mounts
+        self.multinode = multinode
 
     async def create(
         self,
@@ -102,6 +106,7 @@ class Admission:
                 await asyncio.to_thread(self.mounts.resolve, role.mounts, owner, False, any_path)
             except ValueError as exc:
                 raise InvalidRequest(f"mounts: {exc}") from exc
+        await self.multinode.admit(spec, owner)
         resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
         spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
         session = Session.create(spec, owner, time.time())
@@ -132,25 +137,22 @@ class Admission:
         return sorted(set(groups))
 
     async def _check_image(self, image: str, group: str) -> None:
-        """Refuse at once an image no agent of the group has (no registry is asked at start)."""
-        agents = [a for a in self.core.agents.values() if a.resource_group == group]
-        failures = []
-        for agent in agents:
-            try:
-                if await agent.has_image(image):
-                    return
-            except AgentError as exc:
-                failures.append(str(exc))
+        """Refuse at once an image no agent has and no registry serves (an agent that lacks
+        it gets it when the session starts, in PULLING)."""
+        known, failures = await image_known(self.core, image, group)
+        if known:
+            return
         if failures:
             raise Unavailable("; ".join(failures))
-        if agents:
+        if self.core.agents:
             hint = (
                 "build it: bai-jupyter image build"
                 if image == self.settings.default_image
-                else ("pull or build it on the agents first")
+                else "pull or build it on an agent first"
             )
             raise InvalidRequest(
-                f"image: {image} is on no agent of resource group {group!r}; {hint}"
+                f"image: {image} is on no agent of resource group {group!r}, nor on another "
+                f"agent, nor in a registry the agents reach; {hint}"
             )
 
     async def _resolve_id(self, key: str, owner: str) -> str:

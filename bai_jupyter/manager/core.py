@@ -82,6 +82,12 @@ class Core:
         self._owner = owner
         self.store: Store | None = None
         self.agents: dict[str, AgentBackend] = {}
+        #: Agents that stopped answering for ``agent_lost_timeout``: nothing is placed on or
+        #: asked of them until they answer again (``manager.liveness``).
+        self.lost: set[str] = set()
+        #: Agents that failed to remove an ended session's kernels (down for a moment, not
+        #: lost yet): swept when they next answer (``manager.liveness``).
+        self.unswept: set[str] = set()
         self.groups: dict[str, GroupScheduler] = {}
         self.hub = EventHub()
         #: Every background task (starts, tear-downs, event handling, loops).

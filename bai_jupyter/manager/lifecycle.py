@@ -1,7 +1,9 @@
 """The lifecycle driver: a placed session to RUNNING, and any session to its end.
 
 Every step is written to the store before the agents act on it, so a manager
-that restarts half-way finds the session where it was (see ``reconcile``).
+that restarts half-way finds the session where it was (see ``reconcile``). A
+session may be spread over several agents (``multinode``); each agent that
+lacks its image gets it first, in PULLING (``images``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from ..mounts import Mount
 from ..runtime.protocol import READY_LINE
 from ..store import Transaction
 from .core import Core, Settings, move
+from .images import ImagePresence
 from .mount_check import ADMIN_MOUNTS, MountCheck
+from .multinode import MultiNode
 from .sftp import record as sftp_record
 from .sftp import sftp_setup
 
@@ -45,6 +49,8 @@ class Lifecycle:
         self.core = core
         self.settings = settings
         self.mounts = mounts
+        self.multinode = MultiNode(core, settings, mounts)
+        self.images = ImagePresence(core)
 
     # --- ending -------------------------------------------------------------------------------
 
@@ -76,15 +82,23 @@ class Lifecycle:
         return await self.teardown(session, Status.TERMINATED, reason) if ours else session
 
     async def teardown(self, session: Session, final: Status, info: str | None) -> Session:
-        """Keep the logs, remove the kernels everywhere, then record ``final``."""
+        """Keep the logs, remove the kernels everywhere, then record ``final``.
+
+        A lost agent is not asked, and one that fails is asked again: its kernels go when
+        it answers again (``liveness``)."""
         await self._keep_logs(session)
-        for agent_id in {k.agent_id for k in session.kernels if k.agent_id}:
+        agent_ids = {k.agent_id for k in session.kernels if k.agent_id}
+        failed: set[str] = set()
+        for agent_id in agent_ids - self.core.lost:
             agent = self.core.agents.get(agent_id)
             if agent is not None:
                 try:
                     await agent.destroy_session(session.id)
                 except AgentError as exc:
+                    failed.add(agent_id)
                     self.core.log.warning("bai-jupyter: removing %s: %s", session.id, exc)
+        if len(agent_ids) > 1:
+            await self.multinode.release(session)
         if session.status is not final:
 
             def ending(s: Session) -> None:
@@ -94,13 +108,14 @@ class Lifecycle:
                     move(s, final, time.time(), info)
 
             session = await self.core.edit(session.id, ending)
+        self.core.unswept |= failed  # once the session is ended: a sweep removes its kernels
         self.core.wake()
         return session
 
     async def _keep_logs(self, session: Session) -> None:
         for kernel in session.kernels:
             agent = self.core.agents.get(kernel.agent_id or "")
-            if agent is None or kernel.container_id is None:
+            if agent is None or kernel.container_id is None or agent.id in self.core.lost:
                 continue
             try:
                 text = await agent.logs(kernel.id)
@@ -149,23 +164,20 @@ class Lifecycle:
         except IllegalTransition:
             return
         try:
-            agent_ids = {k.agent_id for k in session.kernels}
-            if len(agent_ids) != 1:
-                raise AgentError(
-                    "multi-node sessions spread over several agents are not supported yet"
-                )
-            agent = core.agents.get(next(iter(agent_ids)) or "")
-            if agent is None:
-                raise AgentError(f"agent {next(iter(agent_ids))} is not connected")
-            plans = await asyncio.to_thread(self._plans, session, agent)
+            agents = self._agents(session)
+            network = None
+            if len(agents) > 1:  # spread: the agents' Swarm gives the session one network
+                network = await self.multinode.prepare(session, agents.values())
+            await self._ensure_images(session, agents)
+            plans = await asyncio.to_thread(self._plans, session, agents, network)
 
-            def prepared(s: Session) -> None:  # images are local: nothing to pull
+            def prepared(s: Session) -> None:
                 move(s, Status.PREPARED, time.time())
                 move(s, Status.CREATING, time.time())
 
             await core.edit(session_id, prepared)
             timeout = self.settings.start_timeout
-            started = await asyncio.wait_for(self._start_ready(agent, session_id, plans), timeout)
+            started = await asyncio.wait_for(self._start_all(session, agents, plans), timeout)
             await core.edit(session_id, partial(_running, started=started, plans=plans))
         except IllegalTransition:
             # Destroyed while starting: make sure nothing it created stays.
@@ -188,6 +200,48 @@ class Lifecycle:
                 current = await core.edit(session_id, failed)
             await self.teardown(current, current.status, current.status_info)
 
+    async def _ensure_images(self, session: Session, agents: dict[str, AgentBackend]) -> None:
+        """Each agent gets the images of the kernels placed on it (in PULLING)."""
+        roles = {role.name: role for role in session.spec.cluster_roles()}
+        needs: dict[str, dict[str, AgentBackend]] = {}
+        for kernel in session.kernels:
+            image = roles[kernel.role_name].image or self.settings.default_image
+            agent_id = kernel.agent_id or ""
+            needs.setdefault(image, {})[agent_id] = agents[agent_id]
+        for image, where in needs.items():
+            await self.images.ensure(session, image, where)
+
+    def _agents(self, session: Session) -> dict[str, AgentBackend]:
+        """The connected agents the session's kernels were placed on, by id."""
+        found: dict[str, AgentBackend] = {}
+        for agent_id in dict.fromkeys(k.agent_id or "" for k in session.kernels):
+            agent = self.core.agents.get(agent_id)
+            if agent is None:
+                raise AgentError(f"agent {agent_id} is not connected")
+            if agent_id in self.core.lost:
+                raise AgentError(f"agent {agent_id} is lost (it stopped answering)")
+            found[agent_id] = agent
+        return found
+
+    async def _start_all(
+        self, session: Session, agents: dict[str, AgentBackend], plans: list[KernelPlan]
+    ) -> list[KernelStarted]:
+        """Each agent's kernels, every agent at once; the first failure once all ended."""
+        where = {k.id: k.agent_id for k in session.kernels}
+        results = await asyncio.gather(
+            *(
+                self._start_ready(agent, session.id, [p for p in plans if where[p.kernel_id] == i])
+                for i, agent in agents.items()
+            ),
+            return_exceptions=True,
+        )
+        started: list[KernelStarted] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            started += result
+        return started
+
     async def _start_ready(
         self, agent: AgentBackend, session_id: str, plans: list[KernelPlan]
     ) -> list[KernelStarted]:
@@ -203,11 +257,14 @@ class Lifecycle:
                 raise AgentError(f"a kernel did not get ready:\n{tail}")
         return started
 
-    def _plans(self, session: Session, agent: AgentBackend) -> list[KernelPlan]:
+    def _plans(
+        self, session: Session, agents: dict[str, AgentBackend], network: str | None
+    ) -> list[KernelPlan]:
         """Every kernel's plan (blocking: resolves mount paths, makes keys)."""
         # A session of one kernel has nobody to ssh to: no keys, no sshd competing with
         # the ipykernel's start for CPU.
-        keys = generate_ssh_keys() if agent.ssh and len(session.kernels) > 1 else None
+        ssh = all(agent.ssh for agent in agents.values())
+        keys = generate_ssh_keys() if ssh and len(session.kernels) > 1 else None
         connection = None
         if session.spec.type is SessionType.INTERACTIVE:
             connection = {
@@ -225,38 +282,43 @@ class Lifecycle:
             except ValueError as exc:  # the policy or a template changed since it was made
                 raise AgentError(f"mounts: {exc}") from exc
         taken = [m.target for mounts in by_role.values() for m in mounts]
-        notebooks, work_dir = self.mounts.notebook_mount(session, agent, taken)
-        if notebooks is not None:
-            by_role = {name: [*mounts, notebooks] for name, mounts in by_role.items()}
+        # Per agent: whether it sees the notebooks, and the address its kernels call home at.
+        notebooks = {i: self.mounts.notebook_mount(session, a, taken) for i, a in agents.items()}
         hook = self.settings.kernel_env_hook
-        extra_env = dict(hook(session.id, agent.id)) if hook is not None else {}
+        extra_env = {i: dict(hook(session.id, i)) if hook else {} for i in agents}
         scope = self.core.require_store().id
         sftp, kept = (None, None)
         if session.spec.type is SessionType.SYSTEM:
             sftp, kept = sftp_setup(session)
-        return [
-            KernelPlan(
-                session_id=session.id,
-                kernel_id=kernel.id,
-                hostname=kernel.hostname,
-                role=kernel.role,
-                image=roles[kernel.role_name].image or self.settings.default_image,
-                slots=kernel.slots.to_json(),
-                env={**extra_env, **kernel_environ(session, kernel)},
-                mounts=by_role[kernel.role_name],
-                work_dir=work_dir,
-                labels=labels(session, kernel, scope),
-                bootstrap=bootstrap(
-                    session,
-                    kernel,
-                    keys,
-                    connection if kernel.role is KernelRole.MAIN else None,
-                    sftp if kernel.role is KernelRole.MAIN else None,
-                ),
-                private={"sftp": kept} if kept and kernel.role is KernelRole.MAIN else {},
+        plans = []
+        for kernel in session.kernels:
+            agent_id = kernel.agent_id or ""
+            notebook, work_dir = notebooks[agent_id]
+            mounts = by_role[kernel.role_name]
+            plans.append(
+                KernelPlan(
+                    session_id=session.id,
+                    kernel_id=kernel.id,
+                    hostname=kernel.hostname,
+                    role=kernel.role,
+                    image=roles[kernel.role_name].image or self.settings.default_image,
+                    slots=kernel.slots.to_json(),
+                    env={**extra_env[agent_id], **kernel_environ(session, kernel)},
+                    mounts=[*mounts, notebook] if notebook is not None else mounts,
+                    work_dir=work_dir,
+                    labels=labels(session, kernel, scope),
+                    bootstrap=bootstrap(
+                        session,
+                        kernel,
+                        keys,
+                        connection if kernel.role is KernelRole.MAIN else None,
+                        sftp if kernel.role is KernelRole.MAIN else None,
+                    ),
+                    private={"sftp": kept} if kept and kernel.role is KernelRole.MAIN else {},
+                    network=network,
+                )
             )
-            for kernel in session.kernels
-        ]
+        return plans
 
 
 def _running(session: Session, started: list[KernelStarted], plans: list[KernelPlan]) -> None:

@@ -36,6 +36,7 @@ from .endpoints import Endpoints
 from .hangs import HangWatch, hang_limits
 from .idle import IdleSettings, IdleWatch
 from .lifecycle import Lifecycle
+from .liveness import Liveness
 from .mount_check import MountCheck
 from .policies import Policies
 from .reconcile import Reconciler
@@ -152,6 +153,16 @@ class BaiSessionManager(LoggingConfigurable):
         "networks are removed, e.g. {'CREATING': 600}; the states left out keep their "
         "default (PULLING 1800, the others 300); 0: no limit. Read at every check.",
     )
+    agent_lost_timeout = Float(
+        60.0,
+        config=True,
+        help="Seconds an agent may go without answering before it is lost: its sessions "
+        "end ERROR 'agent-lost' and nothing is placed there until it answers again (then "
+        "its kernels of ended sessions are removed).",
+    )
+    agent_check_interval = Float(
+        2.0, config=True, help="Seconds between checks that every agent answers."
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -168,6 +179,7 @@ class BaiSessionManager(LoggingConfigurable):
         self.watcher = KernelWatcher(self.core, self, self.lifecycle)
         self.hangs = HangWatch(self.core, self)
         self.reconciler = Reconciler(self.core, self, self.lifecycle, self.hangs)
+        self.liveness = Liveness(self.core, self, self.lifecycle, self.reconciler)
         self.limits = Policies({})
         self.activity = Activity(self.core)
         self.idle_settings = IdleSettings({}, self.limits)
@@ -176,7 +188,7 @@ class BaiSessionManager(LoggingConfigurable):
         )
         self.scheduling = Scheduling(self.core, self.lifecycle.start, self._owner_policy)
         self.kernel_tokens = KernelTokens(self.core)
-        self.admission = Admission(self.core, self, self.mounts)
+        self.admission = Admission(self.core, self, self.mounts, self.lifecycle.multinode)
         self.service_ports = ServicePorts(self.core)
         self.templates = Templates(self.core)
         self.replicas = ReplicaKeeper(
@@ -230,6 +242,7 @@ class BaiSessionManager(LoggingConfigurable):
         for agent in core.agents.values():
             core.spawn(self.watcher.watch(agent), loop=True)
         core.spawn(self.scheduling.loop(lambda: self.pass_interval), loop=True)
+        core.spawn(self.liveness.loop(), loop=True)
         core.spawn(self._retention_loop(), loop=True)
         core.spawn(self.replicas.loop(), loop=True)
         core.spawn(self.replicas.follow(), loop=True)

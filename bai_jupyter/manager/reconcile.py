@@ -2,7 +2,9 @@
 
 A session half-started or half-removed by another manager on the same store
 gets that manager's time first; a batch that ended while nobody watched gets
-its result; sessions whose kernels are gone fail; stray kernels are removed.
+its result; sessions whose kernels are gone fail; stray kernels are removed. A
+session with kernels on an agent that does not answer is left to the liveness
+check (``liveness``): lost after ``agent_lost_timeout``, or found again.
 """
 
 from __future__ import annotations
@@ -46,31 +48,52 @@ class Reconciler:
         self.lifecycle = lifecycle
         #: A session stuck past its state's limit is forced out at once (hang-timeout).
         self.hangs = hangs
+        #: Agents that did not answer at the last reconciliation: their sessions wait for
+        #: them (reconciled when they answer, failed ``agent-lost`` if they never do).
+        self.unreachable: set[str] = set()
 
     async def reconcile(self) -> None:
         """Match the store against what the agents really have."""
         core = self.core
         live: dict[str, _Live] = {}
-        scope = core.require_store().id
+        unreachable = self.unreachable
+        unreachable.clear()
         for agent in core.agents.values():
             try:
-                for kernel in await agent.live_kernels():
-                    if kernel.labels.get(LABEL_SCOPE) != scope:
-                        continue  # another manager's (another store's): not ours to judge
+                for kernel in await self._ours(agent):
                     live[kernel.kernel_id] = _Live(kernel, agent)
             except AgentError as exc:
                 core.log.warning("bai-jupyter: agent %s unreachable: %s", agent.id, exc)
+                unreachable.add(agent.id)
         known: set[str] = set()
         for session in await core.list_sessions(statuses=[s for s in Status if not s.is_terminal]):
             if session.status is Status.PENDING:
                 continue
             known.add(session.id)
-            await self._session(session, live)
-        strays = {(e.kernel.session_id, e.agent) for e in live.values()}
-        for session_id, agent in strays:
-            if session_id not in known:
-                core.log.info("bai-jupyter: removing stray kernels of session %s", session_id)
-                await agent.destroy_session(session_id)
+            if not unreachable.intersection(k.agent_id for k in session.kernels):
+                await self._session(session, live)
+        for agent in core.agents.values():
+            here = {e.kernel.session_id for e in live.values() if e.agent is agent}
+            await self._remove_strays(agent, here - known)
+        await self.lifecycle.multinode.sweep()
+
+    async def _ours(self, agent: AgentBackend) -> list[LiveKernel]:
+        """The agent's kernels of this store (another store's are not ours to judge)."""
+        scope = self.core.require_store().id
+        return [k for k in await agent.live_kernels() if k.labels.get(LABEL_SCOPE) == scope]
+
+    async def _remove_strays(self, agent: AgentBackend, session_ids: set[str]) -> None:
+        for session_id in sorted(session_ids):
+            self.core.log.info(
+                "bai-jupyter: removing stray kernels of session %s on %s", session_id, agent.id
+            )
+            await agent.destroy_session(session_id)
+
+    async def sweep_agent(self, agent: AgentBackend) -> None:
+        """Remove an agent's kernels of sessions that ended while it did not answer."""
+        here = {k.session_id for k in await self._ours(agent)}
+        alive = await self.core.list_sessions(statuses=[s for s in Status if not s.is_terminal])
+        await self._remove_strays(agent, here - {s.id for s in alive})
 
     async def _session(
         self, session: Session, live: dict[str, _Live], recheck: bool = True

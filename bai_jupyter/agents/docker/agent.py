@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +23,22 @@ from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
 from ...model import ExecResult, KernelRole
 from ...resources import ResourceSlot
 from ..base import AgentBackend, AgentError, KernelStarted, LiveKernel
+from ..multinode import ImageInfo, MultiNodeAgent, Progress, SwarmNode
 from .containers import KernelContainers, is_main
-from .engine import Engine, engine_answers, explain, gather_all, sees_our_files, unix_socket
+from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_socket
 from .firewall import HostFirewall
+from .images import EngineImages
 from .networks import EGRESS_NETWORK, Networks, network_name
+from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
 
 __all__ = ["DockerAgent"]
 
 
-class DockerAgent(AgentBackend):
+class DockerAgent(AgentBackend, MultiNodeAgent):
     """One Docker engine (local socket or remote endpoint) as an agent.
 
-    ``endpoint`` and ``publish_ports`` are read when the agent is made."""
+    ``endpoint``, ``publish_ports`` and ``address`` are read when the agent is made."""
 
     backend = "docker"
     ssh = True
@@ -53,8 +57,30 @@ class DockerAgent(AgentBackend):
         None,
         allow_none=True,
         config=True,
-        help="Publish main1's ports on 127.0.0.1 (true), or reach main1 at its address on "
-        "the egress bridge (false); default: publish unless the engine is local on Linux.",
+        help="Publish main1's ports on 127.0.0.1 (or `address`) (true), or reach main1 at "
+        "its address on the egress bridge (false); default: publish unless the engine is "
+        "local on Linux and has no `address`.",
+    )
+    address = Unicode(
+        "",
+        config=True,
+        help="The address this host reaches the engine's machine at (another host, or a "
+        "node of a Swarm): main1's ports are published on this address only (never on "
+        "0.0.0.0) and the manager connects there. '': 127.0.0.1 when ports are published.",
+    )
+    manager_address = Unicode(
+        "",
+        config=True,
+        help="The address this agent's kernels reach the manager's host at; the kernel-"
+        "access listener (%bai in kernels) listens there. '': the egress bridge's gateway on "
+        "a local engine without `address`; none elsewhere.",
+    )
+    tls_cert_path = Unicode(
+        "",
+        config=True,
+        help="A directory with ca.pem, cert.pem and key.pem: a tcp:// endpoint is reached "
+        "over TLS, the engine verified against ca.pem (as DOCKER_CERT_PATH for the Docker "
+        "CLI). '': plain TCP (only on a trusted network), or DOCKER_* when no endpoint is set.",
     )
     disk_limit = Unicode(
         "",
@@ -96,13 +122,17 @@ class DockerAgent(AgentBackend):
         self.publish: bool = (
             self.publish_ports
             if self.publish_ports is not None
-            else not (self.local and sys.platform.startswith("linux"))
+            else bool(self.address) or not (self.local and sys.platform.startswith("linux"))
         )
+        #: Where published ports listen (and the manager connects).
+        self.publish_ip = self.address or "127.0.0.1"
         #: Where the bootstrap files of a local engine's kernels live until destroy.
         self.bootstrap_root = Path(jupyter_runtime_dir()) / "bai_jupyter" / "bootstrap"
-        self.engine = Engine(self.id, self.endpoint)
+        self.engine = Engine(self.id, self.endpoint, self.tls_cert_path)
         self.networks = Networks(self.engine)
         self.containers = KernelContainers(self, self.engine, self.log)
+        self.images = EngineImages(self.engine)
+        self.swarm = SwarmMembership(self.engine)
         self._firewall = HostFirewall(self)
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._removals = Removals()
@@ -116,7 +146,7 @@ class DockerAgent(AgentBackend):
         return await engine_answers(endpoint, timeout)
 
     async def available(self) -> bool:
-        return await engine_answers(self.endpoint)
+        return await engine_answers(self.endpoint, tls_dir=self.tls_cert_path)
 
     def announce(self, why: str) -> None:
         """One line, named or chosen by ``auto``: the engine answered either way."""
@@ -128,20 +158,16 @@ class DockerAgent(AgentBackend):
         return ResourceSlot({"cpu": int(info["NCPU"]), "mem": int(info["MemTotal"])})
 
     async def has_image(self, image: str) -> bool:
-        api = await self.engine.api()
-        try:
-            await asyncio.to_thread(api.inspect_image, image)
-        except docker.errors.ImageNotFound:
-            return False
-        except docker.errors.DockerException as exc:
-            raise AgentError(f"agent {self.id}: looking up image {image}: {explain(exc)}") from exc
-        return True
+        return await self.images.info(image) is not None
 
     # -- the host ------------------------------------------------------------------------
 
     async def host_address(self) -> str | None:
-        """The egress bridge's gateway, on an engine of this host (a remote one: ``None``)."""
-        return await self.networks.gateway() if self.local else None
+        """``manager_address``, else the egress bridge's gateway on an engine of this host's
+        network (one reached at an ``address`` or remote: ``None``)."""
+        if self.manager_address:
+            return self.manager_address
+        return await self.networks.gateway() if self.local and not self.address else None
 
     @property
     def shares_host_files(self) -> bool:
@@ -159,7 +185,8 @@ class DockerAgent(AgentBackend):
     async def allow_host_ports(self, ports: list[int]) -> None:
         """Block this engine's kernels from the host except ``ports`` (kernel access); see
         :mod:`.firewall`. Without root or iptables a warning says the host is reachable."""
-        if not (self.host_firewall and self.local and sys.platform.startswith("linux")):
+        on_host = self.local and not self.address  # its bridges are this host's interfaces
+        if not (self.host_firewall and on_host and sys.platform.startswith("linux")):
             return
         egress = await self.networks.egress_interface()
         error = await self._firewall.allow(egress, sorted(set(ports)))
@@ -204,11 +231,15 @@ class DockerAgent(AgentBackend):
     async def _start(
         self, api: Any, session_id: str, plans: list[KernelPlan]
     ) -> list[KernelStarted]:
-        # A session of one kernel has nobody to talk to privately: no session network.
-        net = EGRESS_NETWORK if len(plans) == 1 else network_name(session_id)
+        # Spread over several agents: the manager made the session's overlay. Else a session
+        # of one kernel has nobody to talk to privately: no session network.
+        overlay = plans[0].network if plans else None
+        net = overlay or (EGRESS_NETWORK if len(plans) == 1 else network_name(session_id))
         # Made while main1 is created on the egress bridge; sub kernels wait for it.
         net_ready = (
-            None if net == EGRESS_NETWORK else self.networks.session_network(api, session_id)
+            None
+            if overlay or net == EGRESS_NETWORK
+            else self.networks.session_network(api, session_id)
         )
         if net == EGRESS_NETWORK or any(map(is_main, plans)):
             await self.networks.ensure_egress(api)
@@ -356,6 +387,41 @@ class DockerAgent(AgentBackend):
                 )
             )
         return kernels
+
+    # -- several agents: the Swarm, images, shared files --------------------------------
+
+    async def swarm_node(self) -> SwarmNode:
+        return await self.swarm.node()
+
+    async def swarm_members(self) -> set[str]:
+        return await self.swarm.members()
+
+    async def create_overlay(self, session_id: str, labels: dict[str, str]) -> str:
+        return await self.swarm.create_overlay(session_id, labels)
+
+    async def remove_overlay(self, session_id: str) -> None:
+        await self.swarm.remove_overlay(session_id)
+
+    async def overlays(self, label: str) -> list[dict[str, str]]:
+        return await self.swarm.overlays(label)
+
+    async def image_info(self, image: str) -> ImageInfo | None:
+        return await self.images.info(image)
+
+    async def registry_has(self, image: str) -> bool:
+        return await self.images.registry_has(image)
+
+    async def pull_image(self, image: str, progress: Progress) -> None:
+        await self.images.pull(image, progress)
+
+    async def export_image(self, image: str) -> Iterator[bytes]:
+        return await self.images.export(image)
+
+    async def import_image(self, image: str, chunks: Iterator[bytes]) -> None:
+        await self.images.load(image, chunks)
+
+    async def read_host_file(self, path: str, image: str | None = None) -> bytes | None:
+        return await self.images.read_host_file(path, image)
 
     # -- events and closing --------------------------------------------------------------
 

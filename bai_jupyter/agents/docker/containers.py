@@ -124,6 +124,8 @@ class ContainerSettings(Protocol):
     @property
     def publish(self) -> bool: ...
     @property
+    def publish_ip(self) -> str: ...
+    @property
     def runtime_dir(self) -> Path: ...
     @property
     def bootstrap_root(self) -> Path: ...
@@ -170,9 +172,9 @@ class KernelContainers:
                 bootstrap["connection"] = kernel_connection(
                     bootstrap.get("connection"), "0.0.0.0", KERNEL_PORTS
                 )
-                publish.update({port: ("127.0.0.1",) for port in KERNEL_PORTS.values()})
+                publish.update({port: (settings.publish_ip,) for port in KERNEL_PORTS.values()})
             for _, port in _service_ports(plan):
-                publish[port] = ("127.0.0.1",)
+                publish[port] = (settings.publish_ip,)
         # For people, not the manager: published wherever the manager reaches main1.
         public: dict[int, tuple[str]] = {}
         if is_sftp(plan):
@@ -331,7 +333,7 @@ class KernelContainers:
         if plan.bootstrap.get("mode") == "kernel":
             ports.update({name: host_port(port) for name, port in KERNEL_PORTS.items()})
         ports.update({key: host_port(port) for key, port in _service_ports(plan)})
-        host = "127.0.0.1" if publish else address
+        host = self.settings.publish_ip if publish else address
         public: dict[str, tuple[str, int]] = {}
         if is_sftp(plan):
             bound = [b for b in published.get(f"{SSH_PORT}/tcp") or [] if b.get("HostPort")]

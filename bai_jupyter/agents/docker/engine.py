@@ -10,11 +10,16 @@ import asyncio
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker.errors
+import requests.exceptions
 from docker.client import DockerClient
+from docker.constants import DEFAULT_DOCKER_API_VERSION
+from docker.tls import TLSConfig as _TLSConfig
 from docker.types.services import Mount as _SDKMount
+from docker.utils.utils import version_lt as _version_lt
 
 from ..base import AgentError
 
@@ -23,6 +28,8 @@ __all__ = ["BindMount", "Engine", "engine_answers", "explain", "gather_all", "un
 #: The SDK has no type hints: we hold its objects as ``Any`` at this one boundary
 #: (calling its unannotated functions directly is an error under mypy --strict).
 _SDKClient: Any = DockerClient
+_TLS: Any = _TLSConfig
+_older: Any = _version_lt
 #: A bind mount (``docker.types.Mount``; unannotated, hence ``Any``).
 BindMount: Any = _SDKMount
 
@@ -47,11 +54,13 @@ def sees_our_files(endpoint: str | None) -> bool:
     return url.startswith(("unix://", "http+unix://", "npipe://"))
 
 
-def new_client(endpoint: str | None, timeout: float) -> Any:
+def new_client(endpoint: str | None, timeout: float, tls_dir: str = "") -> Any:
     """A blocking SDK client; its constructor already asks the engine's API version.
 
     A local socket is probed first: the SDK leaks its socket when the connect
-    fails (a ResourceWarning on every try while the engine is down)."""
+    fails (a ResourceWarning on every try while the engine is down). ``tls_dir``:
+    a ``tcp://`` engine verified with ``ca.pem`` and reached with ``cert.pem`` /
+    ``key.pem`` from that directory (as ``DOCKER_CERT_PATH`` for the CLI)."""
     path = unix_socket(endpoint)
     if path is not None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
@@ -59,7 +68,37 @@ def new_client(endpoint: str | None, timeout: float) -> Any:
             probe.connect(path)
     if endpoint is None:
         return _SDKClient.from_env(timeout=timeout, max_pool_size=_POOL_SIZE)
+    if tls_dir:
+        return _tls_client(endpoint, timeout, Path(tls_dir))
     return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE)
+
+
+def _tls_client(endpoint: str, timeout: float, certs: Path) -> Any:
+    """A client of a ``tcp://`` engine over verified TLS.
+
+    ``requests`` lets ``REQUESTS_CA_BUNDLE`` override a session's own CA file, so
+    the client ignores the environment (``trust_env``); the API version is then
+    agreed by hand (the SDK's own negotiation would run before that is set)."""
+    tls = _TLS(
+        client_cert=(str(certs / "cert.pem"), str(certs / "key.pem")),
+        ca_cert=str(certs / "ca.pem"),
+        verify=True,
+    )
+
+    def made(version: str) -> Any:
+        client = _SDKClient(
+            base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE, tls=tls, version=version
+        )
+        client.api.trust_env = False
+        return client
+
+    probe = made(DEFAULT_DOCKER_API_VERSION)
+    try:
+        server = str(probe.api.version(api_version=False)["ApiVersion"])
+    finally:
+        probe.close()
+    ours = DEFAULT_DOCKER_API_VERSION
+    return made(server if _older(server, ours) else ours)
 
 
 def explain(exc: BaseException) -> str:
@@ -68,12 +107,14 @@ def explain(exc: BaseException) -> str:
     return str(explanation or exc)
 
 
-async def engine_answers(endpoint: str | None = None, timeout: float = 3) -> bool:
+async def engine_answers(
+    endpoint: str | None = None, timeout: float = 3, tls_dir: str = ""
+) -> bool:
     """Whether a Docker engine answers a ping at ``endpoint`` within ``timeout`` seconds."""
 
     def ping() -> bool:
         try:
-            client = new_client(endpoint, timeout)
+            client = new_client(endpoint, timeout, tls_dir)
         except Exception:
             return False
         try:
@@ -112,17 +153,19 @@ async def gather_all(aws: Iterable[Awaitable[T]]) -> list[T]:
 class Engine:
     """The engine of one agent: an SDK client made on first use, and calls in threads."""
 
-    def __init__(self, agent_id: str, endpoint: str | None) -> None:
+    def __init__(self, agent_id: str, endpoint: str | None, tls_dir: str = "") -> None:
         self.agent_id = agent_id
         #: ``None``: the environment's engine (``DOCKER_HOST`` or the local socket).
         self.endpoint = endpoint
+        #: Client certificates of a ``tcp://`` engine (see :func:`new_client`).
+        self.tls_dir = tls_dir
         self.closed = False
         self._client: Any = None
         self._lock = asyncio.Lock()
 
     def new_client(self, timeout: float = 60) -> Any:
         """A client of its own, for a thread that blocks on the engine (the event stream)."""
-        return new_client(self.endpoint, timeout)
+        return new_client(self.endpoint, timeout, self.tls_dir)
 
     async def api(self) -> Any:
         """The low-level client, created on first use (in a thread: it talks to the engine)."""
@@ -140,11 +183,24 @@ class Engine:
         return self._client.api
 
     async def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one blocking SDK call in a thread; engine errors become :class:`AgentError`."""
+        """Run one blocking SDK call in a thread; engine errors become :class:`AgentError`.
+
+        A local socket is probed first, as in :func:`new_client`."""
+        path = unix_socket(self.endpoint)
+
+        def probed() -> T:
+            if path is not None:  # a dead engine: refused here, not by the SDK (which leaks)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.settimeout(5)
+                    probe.connect(path)
+            return fn(*args, **kwargs)
+
         try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await asyncio.to_thread(probed)
         except docker.errors.DockerException as exc:
             raise AgentError(f"{what}: {explain(exc)}") from exc
+        except (requests.exceptions.RequestException, OSError) as exc:  # the engine is gone
+            raise AgentError(f"{what}: the engine does not answer: {exc}") from exc
 
     async def close(self) -> None:
         """Drop the client; later calls say the agent is closed."""

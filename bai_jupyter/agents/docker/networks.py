@@ -111,7 +111,8 @@ class Networks:
         return str(options.get("com.docker.network.bridge.name") or f"br-{info['Id'][:12]}")
 
     async def remove_session(self, api: Any, session_id: str) -> None:
-        """Remove every network labelled with the session (idempotent)."""
+        """Remove every local network labelled with the session (idempotent); a session's
+        Swarm overlay is removed through a manager node once every engine has let go."""
         label = f"{LABEL_SESSION}={session_id}"
 
         def remove(nid: str) -> None:
@@ -121,6 +122,7 @@ class Networks:
         found = await self.engine.call(
             "cannot list networks", api.networks, filters={"label": label}
         )
+        local = [n for n in found if n.get("Scope", "local") == "local"]
         await gather_all(
-            [self.engine.call(f"cannot remove network {n['Name']}", remove, n["Id"]) for n in found]
+            [self.engine.call(f"cannot remove network {n['Name']}", remove, n["Id"]) for n in local]
         )

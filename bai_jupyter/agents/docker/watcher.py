@@ -81,6 +81,7 @@ class EventWatcher(threading.Thread):
         last_nano = int(self.since * 1e9)
         delay = 0.0  # after a failure: 1, 2, 4 … 10 s between tries; one warning per outage
         while not self._stopping.is_set():
+            stream: Any = None
             try:
                 if client is None:
                     client = self.engine.new_client(timeout=10)
@@ -110,6 +111,10 @@ class EventWatcher(threading.Thread):
                             self.loop.call_soon_threadsafe(self.report, event)
                         except RuntimeError:  # the loop is closed: nobody listens any more
                             return
+                if not self._stopping.is_set():
+                    # The engine went away: a fresh client next (the SDK leaks the socket
+                    # of a failed connect, and this client's next connect would fail).
+                    raise ConnectionError("the engine ended its event stream")
             except Exception as exc:  # engine gone or restarting: retry below
                 if not self._stopping.is_set() and not delay:
                     self.log.warning("agent %s: docker event stream failed: %s", agent_id, exc)
@@ -121,6 +126,9 @@ class EventWatcher(threading.Thread):
             finally:
                 with self._stream_lock:
                     self._stream = None
+                if stream is not None:  # a broken stream holds its socket until closed
+                    with contextlib.suppress(Exception):
+                        stream.close()
             self._stopping.wait(delay or 0.1)
         if client is not None:
             with contextlib.suppress(Exception):
