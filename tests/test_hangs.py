@@ -151,12 +151,13 @@ async def test_a_paused_engine_fails_starting_and_ending_sessions(
         ready = await mgr.wait_for(running.id, {Status.RUNNING}, timeout=60)
         assert ready.status is Status.RUNNING
         # Short limits from now on (read at every check): a normal start may take longer.
-        mgr.hang_timeout = {"CREATING": 1.5, "TERMINATING": 1.5}
+        mgr.hang_timeout = {"PREPARING": 1.5, "CREATING": 1.5, "TERMINATING": 1.5}
         # Queued for a moment from now: it starts while the engine does not answer.
         later = await mgr.create({"resources": SMALL, "starts_at": time.time() + 1}, "al")
         relay.flowing.clear()
         ending = asyncio.ensure_future(mgr.destroy(running.id))
-        _hung(await mgr.wait_for(later.id, {Status.ERROR}, timeout=30), Status.CREATING)
+        # It hangs where it first asks the engine: whether the agent has its image.
+        _hung(await mgr.wait_for(later.id, {Status.ERROR}, timeout=30), Status.PREPARING)
         _hung(await mgr.wait_for(running.id, {Status.ERROR}, timeout=30), Status.TERMINATING)
         assert not ending.done()  # the destroy still waits for the engine
         relay.flowing.set()  # the engine answers again: what was made is removed

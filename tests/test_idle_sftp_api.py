@@ -224,6 +224,16 @@ async def _idle(server: Server, session_id: str) -> dict[str, Any]:
     return idle
 
 
+async def _first_idle(server: Server, session_id: str) -> dict[str, Any]:
+    """The session's idle view once the watch has looked at it (within its interval)."""
+    for _ in range(100):
+        idle = await _idle(server, session_id)
+        if idle:
+            return idle
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no idle rules recorded for {session_id}")
+
+
 Use = Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]
 
 
@@ -254,20 +264,12 @@ async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bob = server.client("bob-token")
-    web, files = await asyncio.gather(
-        bob.create({"resources": SMALL, "service_ports": ["web:http:8000"]}),
-        bob.create({"type": "system", "resources": SMALL}),
-    )
-    for made in (web, files):
-        assert (await bob.wait_for(made.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
+    web = await bob.create({"resources": SMALL, "service_ports": ["web:http:8000"]})
+    assert (await bob.wait_for(web.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
     served = await bob.exec(web.id, ["sh", "-c", "python3 -m http.server 8000 >/dev/null 2>&1 &"])
     assert served.exit_code == 0
 
-    for _ in range(100):  # the watch looks at it within its interval
-        idle = await _idle(server, web.id)
-        if idle:
-            break
-        await asyncio.sleep(0.1)
+    idle = await _first_idle(server, web.id)
     assert idle["idle_timeout"]["timeout"] == IDLE_TIMEOUT
     assert idle["idle_timeout"]["source"] == "policies.users.bob"
     assert 0 < idle["idle_timeout"]["left"] <= IDLE_TIMEOUT
@@ -292,7 +294,11 @@ async def test_idle_timeout_fed_by_the_api_the_proxy_and_sftp(
     )
     assert f"(idle_timeout {IDLE_TIMEOUT} s)" in text and "idle for " in text, text
 
-    # An open SFTP connection keeps a system session in use.
+    # An open SFTP connection keeps a system session in use (made now: its idle_timeout
+    # would end it while the steps above run).
+    files = await bob.create({"type": "system", "resources": SMALL})
+    assert (await bob.wait_for(files.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
+    await _first_idle(server, files.id)
     sftp = (await _view(server, "bob-token", files.id, "?connection=true"))["sftp"]
     key = tmp_path / "key"
     key.write_text(sftp["private_key"])
