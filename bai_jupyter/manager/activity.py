@@ -73,25 +73,46 @@ class Activity:
 
     # --- main1's kernel ---------------------------------------------------------------------
 
-    def follow_kernel(self, session: Session) -> None:
-        """Follow main1's iopub channel (once per session) where the session has one."""
-        if session.id in self._followers:
-            return
+    def follow_kernel(self, session: Session, joined: asyncio.Event | None = None) -> None:
+        """Follow main1's iopub channel (once per session) where the session has one;
+        ``joined`` is set once connected to it (or at once when there is nothing to follow)."""
         main = next((k for k in session.kernels if k.role is KernelRole.MAIN), None)
         connection = (main.info.get("connection") if main else None) or {}
-        if not connection.get("iopub_port") or not connection.get("ip"):
+        if session.id in self._followers or not (
+            connection.get("iopub_port") and connection.get("ip")
+        ):
+            if joined is not None:
+                joined.set()
             return
-        task = self.core.spawn(self._follow(session.id, connection), loop=True)
+        task = self.core.spawn(self._follow(session.id, connection, joined), loop=True)
         self._followers[session.id] = task
 
-    async def _follow(self, session_id: str, connection: Mapping[str, Any]) -> None:
+    async def follow_kernel_now(self, session: Session, timeout: float = 2.0) -> None:
+        """Follow main1 and return once connected: whatever the kernel says after (a cell
+        run at once, its 'busy') is seen. A follower that joins later misses what came
+        before, and a kernel busy since then would look idle."""
+        joined = asyncio.Event()
+        self.follow_kernel(session, joined)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(joined.wait(), timeout)
+
+    async def _follow(
+        self, session_id: str, connection: Mapping[str, Any], joined: asyncio.Event | None
+    ) -> None:
         if self._context is None:
             self._context = zmq.asyncio.Context()
         sock = self._context.socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
+        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED) if joined else None
         try:
             sock.connect(f"tcp://{connection['ip']}:{int(connection['iopub_port'])}")
+            if monitor is not None and joined is not None:
+                await monitor.recv_multipart()  # connected: the subscription goes out now
+                sock.disable_monitor()
+                monitor.close(linger=0)
+                monitor = None
+                joined.set()
             while True:
                 msg_type, state = kernel_message(await sock.recv_multipart())
                 if state == "busy":
@@ -102,6 +123,8 @@ class Activity:
                     self.touch(session_id, "kernel")
         finally:
             self._busy.discard(session_id)
+            if monitor is not None:
+                monitor.close(linger=0)
             sock.close(linger=0)
 
     # --- bookkeeping ------------------------------------------------------------------------

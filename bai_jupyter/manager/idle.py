@@ -134,6 +134,16 @@ class IdleWatch:
             *(self._session(s, settings.rules(s, groups.get(s.owner, []))) for s in sessions)
         )
 
+    async def before_running(self, session: Session) -> None:
+        """Follow an interactive session's kernel before it is announced RUNNING, when an
+        idle_timeout applies: a cell its user runs at once keeps it in use."""
+        settings = self.rules()
+        if not settings.configured or session.spec.type is not SessionType.INTERACTIVE:
+            return
+        groups = await self.core.query(lambda tx: tx.owner_groups({session.owner}))
+        if settings.rules(session, groups.get(session.owner, [])).idle_timeout:
+            await self.activity.follow_kernel_now(session)
+
     async def _session(self, session: Session, rules: IdleRules) -> None:
         if not rules or session.id in self._ending:
             return

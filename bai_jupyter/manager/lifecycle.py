@@ -9,9 +9,10 @@ lacks its image gets it first, in PULLING (``images``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Protocol
 
@@ -51,6 +52,9 @@ class Lifecycle:
         self.mounts = mounts
         self.multinode = MultiNode(core, settings, mounts)
         self.images = ImagePresence(core)
+        #: Awaited with the session as it will be RUNNING (its kernels' connection info),
+        #: before anyone is told: the idle watch follows main1 from then on.
+        self.before_running: Callable[[Session], Awaitable[None]] | None = None
 
     # --- ending -------------------------------------------------------------------------------
 
@@ -175,9 +179,13 @@ class Lifecycle:
                 move(s, Status.PREPARED, time.time())
                 move(s, Status.CREATING, time.time())
 
-            await core.edit(session_id, prepared)
+            creating = await core.edit(session_id, prepared)
             timeout = self.settings.start_timeout
             started = await asyncio.wait_for(self._start_all(session, agents, plans), timeout)
+            if self.before_running is not None:
+                ready = copy.deepcopy(creating)
+                _running(ready, started=started, plans=plans)
+                await self.before_running(ready)
             await core.edit(session_id, partial(_running, started=started, plans=plans))
         except IllegalTransition:
             # Destroyed while starting: make sure nothing it created stays.

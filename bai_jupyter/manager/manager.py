@@ -186,6 +186,7 @@ class BaiSessionManager(LoggingConfigurable):
         self.idle = IdleWatch(
             self.core, self, self.lifecycle, self.activity, lambda: self.idle_settings
         )
+        self.lifecycle.before_running = self.idle.before_running
         self.scheduling = Scheduling(self.core, self.lifecycle.start, self._owner_policy)
         self.kernel_tokens = KernelTokens(self.core)
         self.admission = Admission(self.core, self, self.mounts, self.lifecycle.multinode)
