@@ -28,6 +28,10 @@ from test_launcher_browser import start_lab
 from test_server_harness import TOKEN, Server, end_all
 from test_widgets_browser import put_notebook
 
+from bai_jupyter.cli.app import main as cli_main
+
+#: Opens a notebook in the lab, as the file browser would.
+OPEN_NOTEBOOK = "p => { window.jupyterapp.commands.execute('docmanager:open', {path: p}); }"
 SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
 #: Long enough for a container to start on a busy 2-core machine.
 WAIT = 120_000
@@ -58,6 +62,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator
     )
     with pytest.MonkeyPatch.context() as patch:
         server = start_lab(root, patch, "bai-q", "--cpu", "2", "--mem", "512m", extra_config=config)
+        cluster = ["bai-c2", "--cluster-size", "2", "--cpu", "0.5", "--mem", "256m"]
+        assert cli_main(["kernelspec", "install", *cluster]) == 0  # before the page loads
     SHOTS.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots: {SHOTS}")
     try:
@@ -265,8 +271,7 @@ def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> 
     blocker = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
     wait_status(page, "hog", "RUNNING")
     put_notebook(lab, "queued.ipynb", "", kernelspec="bai-q")
-    opening = "p => { window.jupyterapp.commands.execute('docmanager:open', {path: p}); }"
-    page.evaluate(opening, "queued.ipynb")
+    page.evaluate(OPEN_NOTEBOOK, "queued.ipynb")
     item = page.locator(".bai-StatusItem")
     item.filter(has_text="bai: queued #1 — needs cpu=2").wait_for(timeout=WAIT)
     page.screenshot(path=str(SHOTS / "statusbar-queued.png"))
@@ -277,6 +282,37 @@ def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> 
     assert highlighted.get_attribute("data-session-id") == session["id"]
     api(lab, "DELETE", f"sessions/{blocker['id']}")
     item.filter(has_text="bai: RUNNING").wait_for(timeout=WAIT)
+    close_notebook(lab, page)
+
+
+def test_a_cluster_notebook_is_interrupted_from_its_card_by_keyboard(
+    lab: Server, page: Any
+) -> None:
+    """The status bar of a notebook on a cluster kernelspec; the card reached and driven
+    with the keyboard by its buttons' accessible names: Interrupt, then Copy id."""
+    put_notebook(lab, "cluster.ipynb", "import time\ntime.sleep(300)", kernelspec="bai-c2")
+    page.evaluate(OPEN_NOTEBOOK, "cluster.ipynb")
+    item = page.locator(".bai-StatusItem", has_text="bai: RUNNING · cluster ×2")
+    item.wait_for(timeout=WAIT)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").wait_for(timeout=WAIT)
+    item.focus()
+    page.keyboard.press("Enter")  # the status item reveals the notebook's session
+    card_ = page.locator(".bai-Session.bai-mod-highlighted")
+    card_.wait_for()
+    name = card_.locator(".bai-Session-name").inner_text()
+    assert card_.locator(".bai-Session-detail").inner_text().startswith("interactive · main1, sub1")
+    card_.get_by_role("button", name=f"Interrupt what main1 of {name} runs").focus()
+    page.keyboard.press("Enter")
+    confirm = page.locator(".jp-Dialog", has_text=f"Interrupt {name}?")
+    confirm.locator("button.jp-mod-warn").focus()
+    page.keyboard.press("Enter")
+    page.locator(".jp-OutputArea-output", has_text="KeyboardInterrupt").wait_for(timeout=WAIT)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    card_.get_by_role("button", name=f"Copy the id of {name}").focus()
+    page.keyboard.press("Enter")
+    copied = page.evaluate("() => navigator.clipboard.readText()")
+    assert copied == card_.get_attribute("data-session-id")
     close_notebook(lab, page)
 
 
