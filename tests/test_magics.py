@@ -283,7 +283,7 @@ def test_run_streams_the_log_and_returns_the_exit_code(
 ) -> None:
     command = "echo first; sleep 1; echo second; exit 3"
     result, cap = bai(shell, f"run {' '.join(SMALL)} --name magic-run -- {command}")
-    assert isinstance(result, RunResult)
+    assert isinstance(result, RunResult), cap.stderr
     assert (result.status, result.result, result.exit_code) == ("TERMINATED", "FAILURE", 3)
     assert cap.stdout == "first\nsecond\n"  # the runtime's own lines are left out
     progress = shown(cap)
