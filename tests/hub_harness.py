@@ -166,7 +166,8 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
         ")\n"
         "c.JupyterHub.load_roles.append({\n"
         '    "name": "test-admin", "services": ["test-admin"],\n'
-        '    "scopes": ["admin:users", "admin:servers", "tokens", "read:users", "list:users"],\n'
+        '    "scopes": ["admin:users", "admin:servers", "admin:groups", "tokens", "read:users",'
+        ' "list:users"],\n'
         "})\n"
     )
     port = free_port()

@@ -36,6 +36,7 @@ c.BaiSessionManager.agents = [
 c.BaiSessionManager.policies = {
     "users": {"bob": {"max_concurrent_sessions": 1, "max_pending": 3,
                        "allowed_images": ["bai-jupyter/*"]}},
+    "groups": {"physics": {"max_concurrent_sessions": 1}},
 }
 """
 HALF = {"resources": {"cpu": "0.5", "mem": "256m"}}
@@ -188,6 +189,26 @@ async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
         owners = [s.owner for s in granted]
         # Each grant of two (one pass) goes to both users; plain FIFO would give alice's three.
         assert [sorted(owners[i : i + 2]) for i in (0, 2, 4)] == [["alice", "bob"]] * 3, owners
+    finally:
+        await _end_all(hub)
+
+
+async def test_a_hub_groups_policy_holds_for_its_members(hub: Hub) -> None:
+    """dave is in the Hub group physics (made through the Hub's API, as an admin would):
+    the service learns it from the Hub and applies the group's policy to him."""
+    if "dave" not in {u["name"] for u in hub.api("GET", "users")}:
+        hub.api("POST", "users/dave")
+        hub.api("POST", "groups/physics", {"users": ["dave"]})
+    hub.add_user("dave")
+    dave = hub.service("dave")
+    first, second = await dave.create(HALF), await dave.create(HALF)
+    try:
+        await _running(hub, "dave", first.id)
+        await asyncio.sleep(1)
+        waiting = await dave.get(second.id)
+        assert waiting.status is Status.PENDING
+        why = json.dumps(waiting.status_data)
+        assert "limit 1" in why and "policies.groups.physics" in why, why
     finally:
         await _end_all(hub)
 

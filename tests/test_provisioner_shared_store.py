@@ -19,9 +19,9 @@ from bai_jupyter.model import STARTING, Status
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
-def _manager(tmp_path: Path) -> BaiSessionManager:
+def _manager(tmp_path: Path, store_url: str) -> BaiSessionManager:
     return BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
+        store_url=store_url,
         backend="docker",
         data_folders_root=str(tmp_path / "folders"),
         pass_interval=0.5,
@@ -29,9 +29,10 @@ def _manager(tmp_path: Path) -> BaiSessionManager:
 
 
 async def test_a_second_manager_leaves_a_starting_session_to_the_first(
-    tmp_path: Path, kernel_image: str, docker_engine: Any
+    tmp_path: Path, store_url: str, kernel_image: str, docker_engine: Any
 ) -> None:
-    first, second = _manager(tmp_path), _manager(tmp_path)
+    """On an SQLite file and on PostgreSQL (a Hub's replicated service)."""
+    first, second = _manager(tmp_path, store_url), _manager(tmp_path, store_url)
     await first.start()
     try:
         session = await first.create({"cluster_size": 3}, "alice")
