@@ -32,10 +32,7 @@ import base64
 import contextlib
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,19 +43,19 @@ from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from test_server_harness import TOKEN, start_server
+
 from bai_jupyter.model import Status
 from bai_jupyter.runtime.protocol import DEFAULT_IMAGE, ServicePort
 
-TOKEN = "bench-token"
 MODEL = Path(__file__).resolve().parent.parent / "examples" / "inference" / "model_server.py"
 SERVICE = "model:http:8000"
-CONFIG = f"""
-c.ServerApp.jpserver_extensions = {{"bai_jupyter": True, "jupyterlab": False,
-    "jupyter_lsp": False, "jupyter_server_terminals": False, "notebook_shim": False}}
-c.ServerApp.allow_root = True
-c.ServerApp.open_browser = False
+CONFIG = """
+c.ServerApp.jpserver_extensions = {"bai_jupyter": True, "jupyterlab": False,
+    "jupyter_lsp": False, "jupyter_server_terminals": False, "notebook_shim": False}
 c.ServerApp.log_level = "WARN"
-c.IdentityProvider.token = {TOKEN!r}
 c.BaiSessionManager.backend = "docker"
 c.ReplicaKeeper.interval = 0.5
 """
@@ -68,48 +65,6 @@ HEADERS = {"Authorization": f"token {TOKEN}"}
 def model_command() -> str:
     code = base64.b64encode(MODEL.read_bytes()).decode()
     return f"exec python3 -c \"import base64; exec(base64.b64decode('{code}'))\""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """A jupyter server with the extension, its store under ``root``."""
-    (root / "config").mkdir(parents=True)
-    store = f"\nc.BaiSessionManager.store_url = {f'sqlite:///{root}/store.sqlite'!r}\n"
-    (root / "config" / "jupyter_server_config.py").write_text(CONFIG + store)
-    port = _free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(root / "config"),
-        "JUPYTER_DATA_DIR": str(root / "data"),
-        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
-    }
-    with (root / "server.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=root,
-        )
-    url = f"http://127.0.0.1:{port}/"
-    request = urllib.request.Request(url + "bai/api/v1/agents", headers=HEADERS)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(request, timeout=5) as reply:
-                if json.load(reply)["agents"]:
-                    return proc, url
-        except OSError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"the server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
 
 
 class Bench:
@@ -357,17 +312,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=6, help="clients under load (default 6)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bai-bench-endpoints-") as tmp:
-        proc, url = start_server(Path(tmp))
+        server = start_server(Path(tmp) / "server", CONFIG)
         try:
-            asyncio.run(run(args, url))
+            asyncio.run(run(args, server.url))
         finally:
             with contextlib.suppress(Exception):
-                end_everything(url)
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+                end_everything(server.url)
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -30,26 +30,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from test_server_harness import TOKEN, start_server
+
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.model import Status
 
-TOKEN = "bench-token"
 SIZES = {"1 KiB": 1 << 10, "1 MiB": 1 << 20}
 SERVICE = r"""
 import asyncio
@@ -81,60 +78,13 @@ open("/tmp/bench_service.py", "w").write({SERVICE!r})
 subprocess.Popen([sys.executable, "/tmp/bench_service.py"], start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 """
-CONFIG = f"""
-c.ServerApp.jpserver_extensions = {{"bai_jupyter": True, "jupyter_server_proxy": True,
+CONFIG = """
+c.ServerApp.jpserver_extensions = {"bai_jupyter": True, "jupyter_server_proxy": True,
     "jupyterlab": False, "jupyter_lsp": False, "jupyter_server_terminals": False,
-    "notebook_shim": False}}
-c.ServerApp.allow_root = True
-c.ServerApp.open_browser = False
+    "notebook_shim": False}
 c.ServerApp.log_level = "WARN"
-c.IdentityProvider.token = {TOKEN!r}
-c.BaiSessionManager.agents = [{{"id": "docker", "backend": "docker", "publish_ports": True}}]
+c.BaiSessionManager.agents = [{"id": "docker", "backend": "docker", "publish_ports": True}]
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """A jupyter server with both extensions, its store under ``root``."""
-    (root / "config").mkdir(parents=True)
-    store = f"\nc.BaiSessionManager.store_url = {f'sqlite:///{root}/store.sqlite'!r}\n"
-    (root / "config" / "jupyter_server_config.py").write_text(CONFIG + store)
-    port = _free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(root / "config"),
-        "JUPYTER_DATA_DIR": str(root / "data"),
-        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
-    }
-    with (root / "server.log").open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", f"--port={port}", "--ip=127.0.0.1"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=root,
-        )
-    url = f"http://127.0.0.1:{port}/"
-    request = urllib.request.Request(
-        url + "bai/api/v1/agents", headers={"Authorization": f"token {TOKEN}"}
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(request, timeout=5) as reply:
-                if json.load(reply)["agents"]:
-                    return proc, url
-        except OSError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"the server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
 
 
 async def timed_gets(url: str, headers: dict[str, str], count: int) -> list[float]:
@@ -283,15 +233,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bai-bench-proxy-") as tmp:
-        proc, url = start_server(Path(tmp))
+        server = start_server(Path(tmp) / "server", CONFIG)
         try:
-            asyncio.run(bench(args, url))
+            asyncio.run(bench(args, server.url))
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, NoReturn
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+REPO = Path(__file__).resolve().parent.parent
 
 
 @functools.cache
@@ -35,6 +37,23 @@ def skip_or_fail(message: str) -> NoReturn:
     if IN_CI:
         pytest.fail(f"{message} (CI=true: these tests must run)")
     pytest.skip(message)
+
+
+def copy_checkout(dest: Path, leave_out: tuple[str, ...] = ()) -> Path:
+    """The repository's files as a fresh clone would have them (tracked and new, not
+    ignored ones), copied to ``dest``, less the paths under ``leave_out``; ``dest``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file() and not name.startswith(leave_out):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
 
 
 def _need(what: str, error: Exception | None) -> None:

@@ -10,14 +10,12 @@ is not built (``SKIP_JUPYTER_BUILDER``): only the Python dependencies are under 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from conftest import copy_checkout
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -49,18 +47,7 @@ def _call(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> st
 
 
 def test_the_base_install_alone_runs_a_local_bai_kernel(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file() and not name.startswith("labextension/"):
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, repo / name)
+    repo = copy_checkout(tmp_path / "repo", leave_out=("labextension/",))
     venv = tmp_path / "venv"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("BAI_JUPYTER", "JUPYTER"))},

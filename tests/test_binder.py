@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, skip_or_fail
+from conftest import CHROMIUM, CHROMIUM_ARGS, copy_checkout, skip_or_fail
 from test_server_harness import free_port
 
-REPO = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
 TOKEN = "binder-token"
 WAIT = 180_000
@@ -47,18 +46,7 @@ def binder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     """The repository as Binder checks it out, built as Binder builds it, served by
     ``jupyter lab`` with no Docker engine; its URL and the repository copy."""
     root = tmp_path_factory.mktemp("binder")
-    repo = root / "repo"
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file():
-            (repo / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, repo / name)
+    repo = copy_checkout(root / "repo")
     venv = root / "venv"
     log = root / "build.log"
     env = {
