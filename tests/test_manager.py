@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started_manager
 from traitlets.config import Config
 
 from bai_jupyter.agents.docker import EGRESS_NETWORK, DockerAgent
@@ -53,14 +54,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 async def _started(tmp_path: Path, backend: str, **traits: Any) -> AsyncIterator[BaiSessionManager]:
     """A started manager whose sessions are all gone afterwards, whatever happened."""
     mgr = _manager(tmp_path, backend, **traits)
-    await mgr.start()
-    try:
+    async with started_manager(mgr):
         yield mgr
-    finally:
-        for session in await mgr.list_sessions():
-            if not session.status.is_terminal:
-                await mgr.destroy(session.id)
-        await mgr.stop()
 
 
 @pytest.fixture

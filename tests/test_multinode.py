@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import started_manager
 from engines_harness import TEST_REPO, Engines, Node
 from test_server_harness import serving
 
@@ -49,14 +50,8 @@ async def _manager(
     mgr = BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/{store}.sqlite", pass_interval=0.5, **traits
     )
-    await mgr.start()
-    try:
+    async with started_manager(mgr):
         yield mgr
-    finally:
-        for session in await mgr.list_sessions():
-            if not session.status.is_terminal:
-                await mgr.destroy(session.id)
-        await mgr.stop()
 
 
 async def _running(
