@@ -292,28 +292,36 @@ def test_a_cluster_notebook_is_interrupted_from_its_card_by_keyboard(
     with the keyboard by its buttons' accessible names: Interrupt, then Copy id."""
     put_notebook(lab, "cluster.ipynb", "import time\ntime.sleep(300)", kernelspec="bai-c2")
     page.evaluate(OPEN_NOTEBOOK, "cluster.ipynb")
-    item = page.locator(".bai-StatusItem", has_text="bai: RUNNING · cluster ×2")
-    item.wait_for(timeout=WAIT)
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").wait_for(timeout=WAIT)
-    item.focus()
-    page.keyboard.press("Enter")  # the status item reveals the notebook's session
-    card_ = page.locator(".bai-Session.bai-mod-highlighted")
-    card_.wait_for()
-    name = card_.locator(".bai-Session-name").inner_text()
-    assert card_.locator(".bai-Session-detail").inner_text().startswith("interactive · main1, sub1")
-    card_.get_by_role("button", name=f"Interrupt what main1 of {name} runs").focus()
-    page.keyboard.press("Enter")
-    confirm = page.locator(".jp-Dialog", has_text=f"Interrupt {name}?")
-    confirm.locator("button.jp-mod-warn").focus()
-    page.keyboard.press("Enter")
-    page.locator(".jp-OutputArea-output", has_text="KeyboardInterrupt").wait_for(timeout=WAIT)
-    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
-    card_.get_by_role("button", name=f"Copy the id of {name}").focus()
-    page.keyboard.press("Enter")
-    copied = page.evaluate("() => navigator.clipboard.readText()")
-    assert copied == card_.get_attribute("data-session-id")
-    close_notebook(lab, page)
+    try:
+        item = page.locator(".bai-StatusItem", has_text="bai: RUNNING · cluster ×2")
+        item.wait_for(timeout=WAIT)
+        # The notebook's kernel is connected and idle before its cell runs.
+        page.get_by_text(re.compile(r"bai cluster ×2 .*\| Idle")).wait_for(timeout=WAIT)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").wait_for(timeout=WAIT)
+        item.focus()
+        page.keyboard.press("Enter")  # the status item reveals the notebook's session
+        card_ = page.locator(".bai-Session.bai-mod-highlighted")
+        card_.wait_for()
+        name = card_.locator(".bai-Session-name").inner_text()
+        assert (
+            card_.locator(".bai-Session-detail")
+            .inner_text()
+            .startswith("interactive · main1, sub1")
+        )
+        card_.get_by_role("button", name=f"Interrupt what main1 of {name} runs").focus()
+        page.keyboard.press("Enter")
+        confirm = page.locator(".jp-Dialog", has_text=f"Interrupt {name}?")
+        confirm.locator("button.jp-mod-warn").focus()
+        page.keyboard.press("Enter")
+        page.locator(".jp-OutputArea-output", has_text="KeyboardInterrupt").wait_for(timeout=WAIT)
+        page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+        card_.get_by_role("button", name=f"Copy the id of {name}").focus()
+        page.keyboard.press("Enter")
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        assert copied == card_.get_attribute("data-session-id")
+    finally:
+        close_notebook(lab, page)  # what follows needs no kernel left
 
 
 def test_open_a_notebook_on_a_new_session_and_the_dark_theme(lab: Server, page: Any) -> None:
