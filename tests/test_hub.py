@@ -193,6 +193,18 @@ async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
         await _end_all(hub)
 
 
+async def _second_waits_for_the_first(hub: Hub, user: str, policy: str) -> None:
+    """Under a limit of one session, ``user``'s second waits, naming ``policy``."""
+    api = hub.service(user)
+    first, second = await api.create(HALF), await api.create(HALF)
+    await _running(hub, user, first.id)
+    await asyncio.sleep(1)
+    waiting = await api.get(second.id)
+    assert waiting.status is Status.PENDING
+    why = json.dumps(waiting.status_data)
+    assert "limit 1" in why and policy in why, why
+
+
 async def test_a_hub_groups_policy_holds_for_its_members(hub: Hub) -> None:
     """dave is in the Hub group physics (made through the Hub's API, as an admin would):
     the service learns it from the Hub and applies the group's policy to him."""
@@ -200,15 +212,8 @@ async def test_a_hub_groups_policy_holds_for_its_members(hub: Hub) -> None:
         hub.api("POST", "users/dave")
         hub.api("POST", "groups/physics", {"users": ["dave"]})
     hub.add_user("dave")
-    dave = hub.service("dave")
-    first, second = await dave.create(HALF), await dave.create(HALF)
     try:
-        await _running(hub, "dave", first.id)
-        await asyncio.sleep(1)
-        waiting = await dave.get(second.id)
-        assert waiting.status is Status.PENDING
-        why = json.dumps(waiting.status_data)
-        assert "limit 1" in why and "policies.groups.physics" in why, why
+        await _second_waits_for_the_first(hub, "dave", "policies.groups.physics")
     finally:
         await _end_all(hub)
 
@@ -217,15 +222,8 @@ async def test_per_user_limits_hold(hub: Hub) -> None:
     bob = hub.service("bob")
     with pytest.raises(Forbidden, match=r"policies\.users\.bob\.allowed_images"):
         await bob.create({**HALF, "image": "python:3.12"})
-    first = await bob.create(HALF)
-    second = await bob.create(HALF)
     try:
-        await _running(hub, "bob", first.id)
-        await asyncio.sleep(1)
-        waiting = await bob.get(second.id)
-        assert waiting.status is Status.PENDING
-        why = json.dumps(waiting.status_data)
-        assert "limit 1" in why and "policies.users.bob" in why, why
+        await _second_waits_for_the_first(hub, "bob", "policies.users.bob")
         await bob.create({**HALF, "type": "batch", "startup_command": "true"})
         await bob.create({**HALF, "type": "batch", "startup_command": "true"})
         with pytest.raises(Forbidden, match=r"policies\.users\.bob\.max_pending"):
