@@ -1,30 +1,31 @@
-"""Session start-up time (create → RUNNING) against starting the same image by hand.
+"""Session start-up time (create → RUNNING) against the same containers started by hand.
 
 Run: ``.venv/bin/python bench/cluster_start.py [--runs N]`` (needs a Docker engine
 and the default kernel image: ``bai-jupyter image build``).
 
 Arms, interleaved round by round so they share the machine's noise
-(``size1, cli, sdk, size2, cli, sdk, sdk×2, size4, cli, sdk, sdk×4`` × N):
+(``size1, raw×1, floor×1, size2, raw×2, floor×2, size4, raw×4, floor×4`` × N):
 
 * ``size1`` / ``size2`` / ``size4``: an interactive session of that cluster size
   (per kernel ``cpu 0.5, mem 256m``, single-node, default image) on the docker
   backend, timed from ``BaiSessionManager.create`` until ``wait_for`` returns
-  RUNNING (which includes the manager's wait for each kernel's runtime to report
-  ready). One manager with a fresh SQLite store in a temporary directory and the
-  default ``pass_interval``; its start is not timed.
-* baseline A, ``raw-cli``: ``docker run -d --init --rm IMAGE sleep 600``, timed
-  until the command returns (the container is created and started);
-* baseline B, ``raw-sdk``: the docker SDK's ``containers.run(..., detach=True)``
-  with the same options, so the baseline does not carry the CLI's own start-up;
-* reference ``raw-sdk×N`` (not a goal baseline): N such SDK starts at once, the
-  engine's own time for N containers, i.e. the floor under a size-N session.
+  RUNNING: main1's ipykernel listens and every other kernel's sshd does. One
+  manager with a fresh SQLite store in a temporary directory; its start is not
+  timed.
+* ``raw×N``, the baseline (``bench/raw_kernels.py``): the same N containers
+  started by hand through the Docker SDK, at once, with the same image and the
+  same CPU, memory and pids limits, on a user-defined bridge (made for the sample
+  when N > 1, as a session's own bridge is), main1 running ipykernel and the
+  others sshd, timed until the same ports accept a connection from this host;
+* ``floor×N``, a reference: N ``sleep`` containers without limits started at
+  once on the default bridge, timed until the last start returns: the engine's
+  own time for N containers, under any kernel's start.
 
 Every sample is removed after it is timed, outside the timed part, and the
 engine is given ``--settle`` seconds before the next one. One untimed warm-up
-sample of each arm comes first (the shared egress network, caches). Prints
-median, p90, min and max per arm, the ratio of each median to both baselines,
-the goals (size 1 ≤ 1.2×, size 4 ≤ 1.6× the raw container), and each size-N
-median over the ``raw-sdk×N`` floor.
+round comes first. Prints median, p90, min and max per arm, each session arm's
+ratio to its ``raw×N`` baseline against the goals (size 1 ≤ 1.2×, sizes 2 and 4
+≤ 1.25×), and its ratio to the floor.
 
 ``--multi-node`` runs the multi-node arm instead (``bench/multinode_start.py``):
 a size-3 session spread over three engines in a Swarm against a size-3 session
@@ -33,8 +34,7 @@ on one engine and three raw containers started at once on the three engines
 
 Everything the bench starts is removed on exit, Ctrl-C and SIGTERM included:
 the sessions through the manager, then (should any remain) every container and
-network labelled with one of the bench's session ids, and the raw containers by
-their bench label.
+network labelled with one of the bench's session ids or with its run id.
 """
 
 from __future__ import annotations
@@ -43,14 +43,13 @@ import argparse
 import asyncio
 import contextlib
 import math
+import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,13 +62,16 @@ from bai_jupyter.kernel_plan import LABEL_ROOT, LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Status
 
-#: The SDK has no type hints: its objects are held as ``Any`` (as in agents/docker.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from raw_kernels import RawKernels  # a module beside this script
+
+#: The SDK has no type hints: its objects are held as ``Any`` (as in agents/docker/).
 _SDKClient: Any = DockerClient
 
 SIZES = (1, 2, 4)
-#: Goals from the issue: cluster size → largest allowed median ratio to a raw container.
-GOALS = {1: 1.2, 4: 1.6}
-#: Label of the raw (baseline) containers, valued with this run's id.
+#: Goals: cluster size → largest allowed median ratio to the same containers by hand.
+GOALS = {1: 1.2, 2: 1.25, 4: 1.25}
+#: Label of the floor containers, valued with this run's id.
 BENCH_LABEL = "bai-jupyter-bench.run"
 OWNER = "bench"
 RESOURCES = {"cpu": "0.5", "mem": "256m"}
@@ -80,13 +82,12 @@ def session_arm(size: int) -> str:
     return f"size{size}"
 
 
-RAW_ARMS = ("raw-cli", "raw-sdk")
-PARALLEL_PREFIX = "raw-sdk×"
+def raw_arm(size: int) -> str:
+    return f"raw×{size}"
 
 
-def parallel_arm(size: int) -> str:
-    """The floor for a size-N session: N raw containers started at once through the SDK."""
-    return f"{PARALLEL_PREFIX}{size}"
+def floor_arm(size: int) -> str:
+    return f"floor×{size}"
 
 
 @dataclass
@@ -95,10 +96,10 @@ class Bench:
 
     image: str
     client: Any
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    raw: RawKernels
+    run_id: str
     manager: BaiSessionManager | None = None
     sessions: list[str] = field(default_factory=list)
-    raw: list[str] = field(default_factory=list)
     samples: dict[str, list[float]] = field(default_factory=dict)
 
     def record(self, arm: str, seconds: float) -> None:
@@ -134,92 +135,41 @@ async def start_session(bench: Bench, size: int) -> float:
     return elapsed
 
 
-def _raw_cli(bench: Bench) -> tuple[float, str]:
-    command = [
-        "docker",
-        "run",
-        "-d",
-        "--init",
-        "--rm",
-        "--label",
-        f"{BENCH_LABEL}={bench.run_id}",
-        bench.image,
-        "sleep",
-        "600",
-    ]
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"docker run failed ({done.returncode}): {done.stderr.strip()}")
-    return elapsed, done.stdout.strip()
-
-
-def _raw_sdk(bench: Bench) -> tuple[float, str]:
-    start = time.perf_counter()
+def _floor_one(bench: Bench) -> str:
     container = bench.client.containers.run(
         bench.image,
         ["sleep", "600"],
         detach=True,
         init=True,
-        auto_remove=True,
         labels={BENCH_LABEL: bench.run_id},
     )
-    elapsed = time.perf_counter() - start
-    return elapsed, str(container.id)
+    return str(container.id)
 
 
-def _remove_raw(client: Any, cid: str) -> None:
-    """Force-remove a raw container and wait until it is gone (``--rm`` races with us)."""
-    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-        client.api.remove_container(cid, force=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            client.api.inspect_container(cid)
-        except docker.errors.NotFound:
-            return
-        time.sleep(0.05)
-
-
-def _raw_sdk_parallel(bench: Bench, count: int) -> tuple[float, list[str]]:
-    """``count`` SDK starts at once, each in its own thread; timed until the last returns."""
+def _floor(bench: Bench, count: int) -> tuple[float, list[str]]:
+    """``count`` bare starts at once, each in its own thread; timed until the last returns."""
     with ThreadPoolExecutor(count) as pool:
         start = time.perf_counter()
-        futures = [pool.submit(_raw_sdk, bench) for _ in range(count)]
+        futures = [pool.submit(_floor_one, bench) for _ in range(count)]
         wait(futures)
         elapsed = time.perf_counter() - start
-    cids = [f.result()[1] for f in futures if f.exception() is None]
-    bench.raw.extend(cids)
+    cids = [f.result() for f in futures if f.exception() is None]
+    for cid in cids:
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            bench.client.api.remove_container(cid, force=True)
     for f in futures:
-        f.result()  # the first failure, now that every container is known
+        f.result()  # the first failure, now that every container is removed
     return elapsed, cids
 
 
-async def start_raw(bench: Bench, arm: str) -> float:
-    """Seconds for a raw start (timed inside the worker thread); the containers are removed."""
-    if arm.startswith(PARALLEL_PREFIX):
-        known = len(bench.raw)
-        try:
-            elapsed, _ = await asyncio.to_thread(
-                _raw_sdk_parallel, bench, int(arm.removeprefix(PARALLEL_PREFIX))
-            )
-        finally:
-            started = bench.raw[known:]
-            await asyncio.gather(
-                *(asyncio.to_thread(_remove_raw, bench.client, cid) for cid in started)
-            )
-        return elapsed
-    run: Callable[[Bench], tuple[float, str]] = _raw_cli if arm == "raw-cli" else _raw_sdk
-    elapsed, cid = await asyncio.to_thread(run, bench)
-    bench.raw.append(cid)
-    await asyncio.to_thread(_remove_raw, bench.client, cid)
-    return elapsed
-
-
 async def sample(bench: Bench, arm: str) -> float:
-    if arm.startswith("raw-"):
-        return await start_raw(bench, arm)
+    if arm.startswith("floor×"):
+        seconds, _ = await asyncio.to_thread(_floor, bench, int(arm.removeprefix("floor×")))
+        return seconds
+    if arm.startswith("raw×"):
+        started = await asyncio.to_thread(bench.raw.start, int(arm.removeprefix("raw×")), RESOURCES)
+        await asyncio.to_thread(bench.raw.remove, started)
+        return started.seconds
     return await start_session(bench, int(arm.removeprefix("size")))
 
 
@@ -227,14 +177,8 @@ async def sample(bench: Bench, arm: str) -> float:
 
 
 def order() -> list[str]:
-    """One round: each session size followed by both baselines (and, for size N > 1,
-    N raw containers started at once: what the engine alone needs for N kernels)."""
-    arms: list[str] = []
-    for size in SIZES:
-        arms += [session_arm(size), *RAW_ARMS]
-        if size > 1:
-            arms.append(parallel_arm(size))
-    return arms
+    """One round: each session size, its baseline, and the engine's floor."""
+    return [arm for n in SIZES for arm in (session_arm(n), raw_arm(n), floor_arm(n))]
 
 
 async def measure(bench: Bench, runs: int, warmup: int, settle: float) -> None:
@@ -300,6 +244,7 @@ def sweep(bench: Bench) -> int:
     leftovers = api.containers(all=True, filters={"label": LABEL_ROOT})
     leftovers = [c for c in leftovers if (c.get("Labels") or {}).get(LABEL_SESSION) in ours]
     leftovers += api.containers(all=True, filters={"label": f"{BENCH_LABEL}={bench.run_id}"})
+    removed += bench.raw.sweep()
     for container in leftovers:
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             api.remove_container(container["Id"], force=True, v=True)
@@ -323,43 +268,36 @@ def p90(values: list[float]) -> float:
 
 def report(bench: Bench) -> None:
     medians = {arm: statistics.median(v) for arm, v in bench.samples.items()}
-    base = {arm: medians[arm] for arm in RAW_ARMS if arm in medians}
     print(
         f"{'arm':<9}{'n':>4}{'median':>10}{'p90':>10}{'min':>10}{'max':>10}"
-        + "".join(f"{'÷ ' + arm:>12}" for arm in base)
+        f"{'÷ raw×N':>10}{'÷ floor×N':>11}"
     )
-    rows = [*map(session_arm, SIZES), *RAW_ARMS, *(parallel_arm(n) for n in SIZES if n > 1)]
-    for arm in rows:
-        values = bench.samples.get(arm)
-        if not values:
-            continue
-        cells = [statistics.median(values), p90(values), min(values), max(values)]
-        print(
-            f"{arm:<9}{len(values):>4}"
-            + "".join(f"{c * 1e3:>7.0f} ms" for c in cells)
-            + "".join(f"{medians[arm] / b:>11.2f}×" for b in base.values())
-        )
+    for size in SIZES:
+        for arm in (session_arm(size), raw_arm(size), floor_arm(size)):
+            values = bench.samples.get(arm)
+            if not values:
+                continue
+            cells = [statistics.median(values), p90(values), min(values), max(values)]
+            ratios = [
+                f"{medians[arm] / medians[base]:>9.2f}×" if base in medians else f"{'':>10}"
+                for base in (raw_arm(size), floor_arm(size))
+            ]
+            print(
+                f"{arm:<9}{len(values):>4}"
+                + "".join(f"{c * 1e3:>7.0f} ms" for c in cells)
+                + ratios[0]
+                + " "
+                + ratios[1]
+            )
     print()
     for size, goal in GOALS.items():
-        arm = session_arm(size)
-        if arm not in medians or not base:
-            continue
-        ratios = {name: medians[arm] / b for name, b in base.items()}
-        met = [name for name, r in ratios.items() if r <= goal]
-        verdict = (
-            "met against both baselines"
-            if len(met) == len(ratios)
-            else (f"met only against {', '.join(met)}" if met else "NOT met")
-        )
-        shown = ", ".join(f"{r:.2f}× {name}" for name, r in ratios.items())
-        print(f"goal: size {size} ≤ {goal}× the raw container: {shown} → {verdict}")
-    for size in SIZES:
-        arm, floor = session_arm(size), parallel_arm(size)
-        if arm in medians and floor in medians:
+        arm, base = session_arm(size), raw_arm(size)
+        if arm in medians and base in medians:
+            ratio = medians[arm] / medians[base]
+            verdict = "met" if ratio <= goal else "NOT met"
             print(
-                f"size {size} vs {size} raw containers started at once (SDK, "
-                f"{medians[floor] * 1e3:.0f} ms, the engine's own floor): "
-                f"{medians[arm] / medians[floor]:.2f}×"
+                f"goal: size {size} ≤ {goal}× the same {size} container(s) by hand "
+                f"({medians[base] * 1e3:.0f} ms): {ratio:.2f}× → {verdict}"
             )
 
 
@@ -393,7 +331,11 @@ def main() -> None:
         sys.exit(f"image {image} is missing: build it with `bai-jupyter image build`")
     except docker.errors.DockerException as exc:
         sys.exit(f"no Docker engine answers: {exc}")
-    bench = Bench(image=image, client=client)
+    run_id = uuid.uuid4().hex[:12]
+    tmp_root = Path(tempfile.mkdtemp(prefix="bai-bench-"))
+    bench = Bench(
+        image=image, client=client, raw=RawKernels(client, image, run_id, tmp_root), run_id=run_id
+    )
     print(
         f"bench run {bench.run_id}: image {image}, {args.runs} runs (+{args.warmup} warm-up), "
         f"per kernel cpu {RESOURCES['cpu']} mem {RESOURCES['mem']}, "
@@ -402,8 +344,7 @@ def main() -> None:
     )
     interrupted, failure = False, None
     try:
-        with tempfile.TemporaryDirectory(prefix="bai-bench-") as tmp:
-            asyncio.run(run_bench(bench, Path(tmp), args.runs, args.warmup, args.settle))
+        asyncio.run(run_bench(bench, tmp_root, args.runs, args.warmup, args.settle))
     except (KeyboardInterrupt, asyncio.CancelledError):
         interrupted = True
     except Exception as exc:  # report what was measured, then fail
@@ -417,6 +358,7 @@ def main() -> None:
             if left:
                 print(f"removed {left} leftover containers/networks", file=sys.stderr)
         client.close()
+        shutil.rmtree(tmp_root, ignore_errors=True)
     if interrupted or failure is not None:
         why = "interrupted" if failure is None else f"failed: {failure!r}"
         print(f"{why}; partial results", file=sys.stderr)

@@ -172,8 +172,11 @@ class Lifecycle:
             network = None
             if len(agents) > 1:  # spread: the agents' Swarm gives the session one network
                 network = await self.multinode.prepare(session, agents.values())
-            await self._ensure_images(session, agents)
-            plans = await asyncio.to_thread(self._plans, session, agents, network)
+            # The images' presence is asked while the plans are made (keys, mount paths).
+            _, plans = await asyncio.gather(
+                self._ensure_images(session, agents),
+                asyncio.to_thread(self._plans, session, agents, network),
+            )
 
             def prepared(s: Session) -> None:
                 move(s, Status.PREPARED, time.time())

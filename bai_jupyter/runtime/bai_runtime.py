@@ -86,15 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"bad bootstrap: {e}")
         return EXIT_BAD_BOOTSTRAP
     pumps: list[threading.Thread] = []
-    try:
-        config_dir.mkdir(parents=True, exist_ok=True)
-        work_dir.mkdir(parents=True, exist_ok=True)
-        if args.python_path:  # e.g. bai_jupyter for %bai, after whatever the image set
-            paths = [os.environ.get("PYTHONPATH", ""), *args.python_path]
-            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-        env = dict(os.environ)
-        write_file(config_dir / "environ.txt", environ_text(env))
-        write_file(config_dir / "resource.txt", resource_text(boot.resources))
+
+    def set_up() -> SSHD | None:
+        """SSH between the kernels and the image's services; the runner calls it when it
+        suits (the kernel mode only once its ipykernel is booting: the long pole)."""
         sshd = None
         if boot.ssh is not None and not args.no_ssh:
             home = Path(args.ssh_home) if args.ssh_home else Path.home()
@@ -106,10 +101,21 @@ def main(argv: list[str] | None = None) -> int:
                 Path(args.sshd_run_dir),
                 config_dir / "ssh" / "sshd.log",
             )
-        pumps = start_services(
-            sup, boot.service_ports, Path(args.service_defs), work_dir, args.python
+        pumps.extend(
+            start_services(sup, boot.service_ports, Path(args.service_defs), work_dir, args.python)
         )
-        return RUNNERS[boot.mode](sup, boot, args, sshd)
+        return sshd
+
+    try:
+        config_dir.mkdir(parents=True, exist_ok=True)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        if args.python_path:  # e.g. bai_jupyter for %bai, after whatever the image set
+            paths = [os.environ.get("PYTHONPATH", ""), *args.python_path]
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        env = dict(os.environ)
+        write_file(config_dir / "environ.txt", environ_text(env))
+        write_file(config_dir / "resource.txt", resource_text(boot.resources))
+        return RUNNERS[boot.mode](sup, boot, args, set_up)
     except RuntimeFailure as e:
         say(str(e))
         return EXIT_FAILURE

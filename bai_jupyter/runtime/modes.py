@@ -14,11 +14,12 @@ from .config import Bootstrap, write_file
 from .processes import RuntimeFailure, Supervisor, exit_code, signal_group
 from .protocol import EXIT_TIMEOUT, READY, TASK_TIMEOUT, say
 from .sftp import run_sftp
-from .ssh import SSHD
 
 TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as True
 if TYPE_CHECKING:
     from typing import Any
+
+    from .ssh import SetUp
 
 #: Seconds the runtime outlives an exited ipykernel, for a SIGHUP: Jupyter restarts a
 #: kernel by asking it to shut down first, and only then (via the manager) sends SIGHUP.
@@ -30,10 +31,11 @@ KERNEL_LISTEN_TIMEOUT = 60.0
 # --- modes ----------------------------------------------------------------------------------
 
 
-def run_kernel(
-    sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: SSHD | None
-) -> int:
-    """Supervise an ipykernel: INT interrupts, HUP restarts on the same ports, TERM ends."""
+def run_kernel(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, set_up: SetUp) -> int:
+    """Supervise an ipykernel: INT interrupts, HUP restarts on the same ports, TERM ends.
+
+    The ipykernel starts first and SSH and services are set up while it boots: its boot
+    is what a user waits for."""
     connection = dict(boot.connection or {})
     connection["ip"] = args.kernel_ip
     kernel_file = Path(args.config_dir) / "kernel.json"
@@ -49,6 +51,11 @@ def run_kernel(
 
     kernel = start()
     say(f"kernel started (pid {kernel.pid})")
+    try:
+        sshd = set_up()
+    except BaseException:
+        sup.stop(kernel, grace=0)
+        raise
     if sshd is not None:
         try:
             sshd.wait_ready()
@@ -102,7 +109,7 @@ def _wait_listening(sup: Supervisor, kernel: subprocess.Popen[Any], port: int) -
         left = deadline - time.monotonic()
         if left <= 0:
             return
-        sup.wait(min(left, 0.05))
+        sup.wait(min(left, 0.01))
 
 
 def _listening(port: int) -> bool | None:
@@ -122,11 +129,10 @@ def _listening(port: int) -> bool | None:
     return found
 
 
-def run_command(
-    sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: SSHD | None
-) -> int:
+def run_command(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, set_up: SetUp) -> int:
     """Run ``startup_command``: a batch task (its exit code is the session's result), or
     an inference session's model server (``serve``: its exit ends the replica)."""
+    sshd = set_up()
     if sshd is not None:
         sshd.wait_ready()  # the command may ssh right away; a dead sshd must stop it first
     say(READY)
@@ -156,8 +162,9 @@ def run_command(
         sup.wait(left)
 
 
-def run_wait(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: SSHD | None) -> int:
+def run_wait(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, set_up: SetUp) -> int:
     """Idle (reaping orphans) until told to stop: sub kernels only host sshd and services."""
+    sshd = set_up()
     if sshd is not None:
         sshd.wait_ready()
     say(READY)

@@ -24,7 +24,7 @@ TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as T
 if TYPE_CHECKING:
     import argparse
 
-    from .ssh import SSHD
+    from .ssh import SetUp
 
 #: How long sshd may take to listen before the runtime gives up.
 READY_TIMEOUT = 10.0
@@ -89,8 +89,9 @@ def _listening(port: int) -> bool:
     return True
 
 
-def run_sftp(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, sshd: SSHD | None) -> int:
+def run_sftp(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, set_up: SetUp) -> int:
     """Serve SFTP on the bootstrap's port until told to stop; sshd's exit ends the kernel."""
+    set_up()  # the image's services (a one-kernel session has no SSH between kernels)
     cfg = boot.sftp or {}
     port, user = int(cfg["port"]), str(cfg["user"])
     root = WORK_DIR

@@ -21,7 +21,11 @@ SSH_ENV_SKIP = frozenset(
 
 TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as True
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    #: What a runner calls to set up SSH and the image's services: the sshd to wait for.
+    SetUp = Callable[[], "SSHD | None"]
 
 
 # --- SSH ------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_soc
 from .firewall import HostFirewall
 from .images import EngineImages
 from .networks import EGRESS_NETWORK, Networks, network_name
+from .output import follow_output
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
 
@@ -290,6 +291,12 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
             f"cannot read logs of kernel {kernel_id}", api.logs, cid, stdout=True, stderr=True
         )
         return bytes(raw).decode(errors="replace")
+
+    async def wait_for_output(self, kernel_id: str, text: str, timeout: float) -> bool:
+        """Follows the kernel's log stream (:mod:`.output`) rather than polling its logs."""
+        api = await self.engine.api()
+        cid = await self.containers.find(api, kernel_id)
+        return await follow_output(self.engine, cid, text, timeout)
 
     async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
         """Run ``command`` in the kernel; exit code 124 means it ran past ``timeout``.
