@@ -27,6 +27,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from .model import ClusterMode
 from .request import SpecError, parse_spec
+from .request.kernel_launch import launch_request
 from .resources import Amount, ResourceError, ResourceSlot
 from .scheduler.config import MIN_RESOURCES
 
@@ -46,8 +47,6 @@ PROVISIONER = "bai"
 #: What main1's runtime runs (informational: the provisioner never runs it here).
 ARGV = ["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
 INTERRUPT_MODES = ("signal", "message")
-#: Provisioner settings that are not fields of a session request.
-_PROVISIONER_ONLY = ("template", "launch_timeout", "session", "mount_notebook_dir")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$", re.IGNORECASE)
 #: The launcher card's icons, copied into every bai kernelspec's directory.
 LOGO_DIR = Path(__file__).parent / "kernelspec_logo"
@@ -159,9 +158,8 @@ def kernelspec_json(
         )
     if not display_name.strip():
         raise KernelspecError("display_name: must not be empty")
-    request = {k: v for k, v in config.items() if k not in _PROVISIONER_ONLY}
     try:
-        parse_spec({"type": "interactive", **request})
+        parse_spec(launch_request(config))
     except (SpecError, ResourceError) as exc:
         raise KernelspecError(str(exc)) from exc
     timeout = config.get("launch_timeout")
@@ -184,8 +182,7 @@ def fit_warning(config: dict[str, Any], capacities: Mapping[str, ResourceSlot]) 
     """
     if config.get("template") or config.get("session") or not capacities:
         return None
-    request = {k: v for k, v in config.items() if k not in _PROVISIONER_ONLY}
-    spec = parse_spec({"type": "interactive", **request})
+    spec = parse_spec(launch_request(config))
     single = spec.cluster_mode is ClusterMode.SINGLE_NODE
     need = spec.total_resources if single else spec.resources
     if any(need.fits_in(capacity) for capacity in capacities.values()):

@@ -33,12 +33,25 @@ from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
 from .model import Session, SessionType, Status
 from .reach import find_sessions
+from .request.kernel_launch import launch_request
 
 __all__ = ["BaiProvisioner", "LaunchError"]
 
 T = TypeVar("T")
 
 _ACTIVE = {Status.RUNNING, Status.RESTARTING}
+#: The traits that are fields of the session request (the rest steer the launch).
+_REQUEST_TRAITS = (
+    "image",
+    "cluster_size",
+    "cluster_mode",
+    "resource_group",
+    "priority",
+    "resources",
+    "mounts",
+    "env",
+    "service_ports",
+)
 #: Lines of main1's log a failed launch or a dead kernel reports.
 _LOG_LINES = 20
 
@@ -174,16 +187,7 @@ class BaiProvisioner(KernelProvisionerBase):
 
     def _request(self) -> dict[str, Any]:
         """The session request: only what is set, so a template or the defaults fill the rest."""
-        request: dict[str, Any] = {"type": SessionType.INTERACTIVE.value}
-        for name in ("image", "cluster_size", "cluster_mode", "resource_group", "priority"):
-            value = getattr(self, name)
-            if value is not None:
-                request[name] = value
-        for name in ("resources", "mounts", "env", "service_ports"):
-            value = getattr(self, name)
-            if value:
-                request[name] = value
-        return request
+        return launch_request({name: getattr(self, name) for name in _REQUEST_TRAITS})
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Only the command is needed: the kernel's environment is its session's, not ours."""
