@@ -152,3 +152,7 @@ class SessionsAPI(Protocol):
     async def queue(self) -> dict[str, Any]:
         """Per resource group: its scheduler settings and pending queue in the next pass's order."""
         ...
+
+    async def pools(self) -> list[dict[str, Any]]:
+        """The warm pools: size, limits, warm and starting sessions, claim/hit/miss counts."""
+        ...

@@ -341,6 +341,12 @@ class RemoteManager:
         groups: dict[str, Any] = reply["resource_groups"]
         return groups
 
+    async def pools(self) -> builtins.list[dict[str, Any]]:
+        """The warm pools: size, limits, warm and starting sessions, claim counts."""
+        reply = await self._call("GET", "pools")
+        found: builtins.list[dict[str, Any]] = reply["pools"]
+        return found
+
 
 def _template(data: dict[str, Any]) -> Template:
     return Template.from_json({k: v for k, v in data.items() if k != "shared"})

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
-from ..model import Session, Status
+from ..model import Session, SessionSpec, Status
 from ..request import SpecError, apply_template
 from ..resources import ResourceError
 from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
@@ -18,6 +18,7 @@ from .images import image_known
 from .mount_check import ADMIN_MOUNTS, MountCheck
 from .multinode import MultiNode
 from .policies import Policies
+from .pool_config import POOL_OWNER
 from .sftp import check_agents
 
 
@@ -32,6 +33,10 @@ class AdmissionSettings(Protocol):
     def limits(self) -> Policies: ...
 
 
+#: ``claim(spec, owner, meta, groups)``: a warm session made the caller's, or ``None``.
+Claim = Callable[[SessionSpec, str, Mapping[str, Any], Sequence[str]], Awaitable["Session | None"]]
+
+
 class Admission:
     """Checks a request completely before it is stored, so nothing doomed ever queues."""
 
@@ -42,6 +47,8 @@ class Admission:
         self.settings = settings
         self.mounts = mounts
         self.multinode = multinode
+        #: Serves a create from a warm pool instead of the queue (``None``: cold, always).
+        self.claim: Claim | None = None
 
     async def create(
         self,
@@ -52,13 +59,18 @@ class Admission:
         dry_run: bool = False,
         groups: Sequence[str] | None = None,
         admin: bool = False,
+        internal: bool = False,
     ) -> Session:
-        """Validate a request (over a template), enqueue it, and return the PENDING session.
+        """Validate a request (over a template), enqueue it, and return the PENDING session
+        (or a RUNNING one, claimed from a warm pool).
 
         ``dry_run``: every check, defaults filled in, nothing stored or started.
         ``groups``: the owner's user groups as the caller's authentication says (kept
         for group policies and fair share); ``None``: as last known. ``admin``: the
-        caller may act on everyone's sessions (see ``admin_host_paths``)."""
+        caller may act on everyone's sessions (see ``admin_host_paths``). ``internal``:
+        the manager's own (the warm pools), the only creates the pool owner may make."""
+        if owner == POOL_OWNER and not internal:
+            raise Forbidden(f"the owner name {owner!r} is reserved for the warm pools")
         core = self.core
         store = core.require_store()
         groups = await self._owner_groups(owner, groups, dry_run)
@@ -109,6 +121,10 @@ class Admission:
         await self.multinode.admit(spec, owner)
         resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
         spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
+        if self.claim is not None and not dry_run:
+            claimed = await self.claim(spec, owner, dict(meta or {}), groups)
+            if claimed is not None:
+                return claimed
         session = Session.create(spec, owner, time.time())
         session.meta = dict(meta or {})
         if any_path and spec.mounts:  # an admin's host paths stay allowed when it starts

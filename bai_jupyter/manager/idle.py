@@ -33,6 +33,7 @@ from .activity import Activity
 from .core import ACTIVE, Core
 from .lifecycle import Lifecycle
 from .policies import Policies
+from .pool_config import MARK, POOL_OWNER
 from .sftp import open_connections
 from .utilization import CpuWindows
 
@@ -64,6 +65,8 @@ class IdleSettings:
     def rules(self, session: Session, owner_groups: list[str]) -> IdleRules:
         """The owner's policy for each rule, else the group's; what the type is exempt
         from left out."""
+        if session.owner == POOL_OWNER:  # a warm session waits for its user by design
+            return IdleRules()
         limits = self.policies.for_owner(session.owner, owner_groups)
         group = session.spec.resource_group
         values: dict[str, Any] = {}
@@ -82,7 +85,11 @@ class _Settings(Protocol):
 
 
 def _started_at(session: Session) -> float:
-    """When the session first ran (its lifetime counts from there)."""
+    """When the session first ran (its lifetime counts from there), or was claimed from a
+    warm pool (then its user's time began)."""
+    claimed = (session.status_data.get(MARK) or {}).get("claimed_at")
+    if isinstance(claimed, (int, float)):
+        return float(claimed)
     return next(
         (h.at for h in session.status_history if h.status is Status.RUNNING), session.created_at
     )

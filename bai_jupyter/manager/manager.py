@@ -36,6 +36,7 @@ from .lifecycle import Lifecycle
 from .liveness import Liveness
 from .mount_check import MountCheck
 from .policies import Policies
+from .pool_config import POOL_OWNER, parse_pools
 from .reconcile import Reconciler
 from .replicas import ReplicaKeeper
 from .retention import Retention
@@ -45,6 +46,7 @@ from .settings import ManagerSettings
 from .templates import Templates
 from .tokens import KernelTokens
 from .views import agents_view, queue_view
+from .warm_pool import WarmPools
 from .watch import KernelWatcher
 
 __all__ = ["BaiSessionManager"]
@@ -80,6 +82,18 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.scheduling = Scheduling(self.core, self.lifecycle.start, self._owner_policy)
         self.kernel_tokens = KernelTokens(self.core)
         self.admission = Admission(self.core, self, self.mounts, self.lifecycle.multinode)
+        self.pools = WarmPools(
+            self.core,
+            self,
+            self.mounts,
+            lambda request, owner, template, meta, dry_run: self.admission.create(
+                request, owner, template, meta, dry_run, internal=True
+            ),
+            lambda session_id, reason: self.lifecycle.destroy(session_id, None, reason),
+            self._owner_policy,
+        )
+        self.admission.claim = self.pools.claims.claim
+        self.scheduling.after_pass = self.pools.give_way
         self.service_ports = ServicePorts(self.core)
         self.templates = Templates(self.core)
         self.retention = Retention(self.core, self)
@@ -121,6 +135,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.limits = Policies(self.policies)
         self.idle_settings = IdleSettings(self.resource_groups, self.limits)
         hang_limits(self.hang_timeout)  # a bad setting stops the start, with its message
+        self.pools.pools = await asyncio.to_thread(parse_pools, list(self.warm_pools))
         core.store = await asyncio.to_thread(Store, self.store_url)
         for agent in await self._make_agents():
             core.agents[agent.id] = agent
@@ -140,13 +155,20 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         core.spawn(self.replicas.follow(), loop=True)
         core.spawn(self.idle.loop(), loop=True)
         core.spawn(self.hangs.loop(), loop=True)
+        core.spawn(self.pools.loop(), loop=True)
         self._started = True
         core.wake()
 
     async def stop(self) -> None:
-        """Stop the loops and watchers; sessions keep running and are found again on start."""
-        self._started = False
+        """Stop the loops and watchers; sessions keep running and are found again on start,
+        but the warm pools' unclaimed sessions, which are ended (nobody's to keep)."""
         core = self.core
+        if self._started:
+            try:
+                await self.pools.drain()
+            except Exception:  # stopping must complete
+                self.log.exception("bai-jupyter: ending the warm pools' sessions failed")
+        self._started = False
         for task in core.loops:
             task.cancel()
         # Starts and tear-downs under way finish first: nothing is left half-removed.
@@ -234,7 +256,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
     def _owner_policy(
         self, owner: str, groups: Sequence[str], fallback: OwnerPolicy
     ) -> OwnerPolicy:
-        """The scheduler's limits for ``owner``: the policies', else the group's own."""
+        """The scheduler's limits for ``owner``: the policies', else the group's own (the
+        warm pools have none: their sizes bound them)."""
+        if owner == POOL_OWNER:
+            return OwnerPolicy()
         return self.limits.for_owner(owner, groups).scheduler_policy(fallback)
 
     async def get(self, key: str, owner: str | None = None) -> Session:
@@ -339,6 +364,11 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
     async def agents_view(self, owner: str, admin: bool = False) -> list[dict[str, Any]]:
         """Every agent's capacity, occupied and free slots, and kernels (others' anonymous)."""
         return await agents_view(self.core, owner, admin)
+
+    async def pools_view(self, admin: bool = False) -> list[dict[str, Any]]:
+        """The warm pools and their counts; which sessions they hold, for an admin."""
+        pools = await self.pools.view()
+        return pools if admin else [{k: v for k, v in p.items() if k != "sessions"} for p in pools]
 
     async def queue_view(self, owner: str, admin: bool = False) -> dict[str, Any]:
         """Each resource group's settings and pending queue in the next pass's order."""

@@ -21,6 +21,7 @@ from ..errors import InvalidRequest
 from ..idleness import parse_seconds, parse_utilization, widest_seconds, widest_utilization
 from ..resources import ResourceError, ResourceSlot
 from ..scheduler.config import OwnerPolicy
+from .pool_config import POOL_OWNER
 
 __all__ = ["POLICY_KEYS", "OwnerLimits", "Policies"]
 
@@ -159,6 +160,10 @@ class Policies:
         return {key: POLICY_KEYS[key][0](value, f"{where}.{key}") for key, value in entry.items()}
 
     def for_owner(self, owner: str, groups: Iterable[str]) -> OwnerLimits:
+        """``owner``'s limits: their own entry, else their groups', else the default (the
+        warm pools have none: their sizes bound them, and warm sessions are never idle)."""
+        if owner == POOL_OWNER:
+            return OwnerLimits()
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
         own = self.users.get(owner, {})

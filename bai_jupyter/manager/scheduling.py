@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from ..errors import InvalidRequest, NotFound
 from ..model import Session
 from ..scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from ..scheduler.context import PassContext
+from ..scheduler.dispatcher import PassResult
 from ..scheduler.placement import AgentPool
 from ..scheduler.queue import OwnerPolicyOf, load_snapshot, run_pass
 from ..store import Transaction
@@ -53,6 +54,8 @@ class Scheduling:
         self.core = core
         self.start = start
         self.owner_policy = owner_policy
+        #: Told each group's result after its pass (the warm pools give way to who waits).
+        self.after_pass: Callable[[str, PassResult], Awaitable[None]] | None = None
 
     def group(self, name: str) -> GroupScheduler:
         try:
@@ -94,6 +97,8 @@ class Scheduling:
                 core.spawn(self.start(placement.session_id))
             if result.cancellations:
                 core.wake()  # dependants of what was cancelled
+            if self.after_pass is not None and result.failures:
+                await self.after_pass(name, result)
 
     async def queues(self) -> dict[str, list[Session]]:
         """Each group's pending sessions in the order the next pass will try them."""

@@ -260,6 +260,10 @@ class ScopedManager:
         admin = await self.is_admin("read")
         return await self._run(self.manager.queue_view(self.owner, admin))
 
+    async def pools(self) -> list[dict[str, Any]]:
+        admin = await self.is_admin("read")
+        return await self._run(self.manager.pools_view(admin))
+
 
 async def _across(events: AsyncIterator[T], thread: LoopThread) -> AsyncIterator[T]:
     """``events`` (iterated on ``thread``'s loop) delivered on the caller's loop."""

@@ -126,3 +126,17 @@ class ManagerSettings(HasTraits):
     agent_check_interval = Float(
         2.0, config=True, help="Seconds between checks that every agent answers."
     )
+    warm_pools = List(
+        Dict(),
+        config=True,
+        help="Warm pools: interactive sessions started ahead of demand, each entry "
+        "{'name', 'size' (sessions kept warm, default 1), and one of 'request' (a session "
+        "request), 'template' (a shared template; 'request' overrides it) or 'kernelspec' "
+        "(a bai kernelspec's launch), 'notebook' (mount the notebooks' root, default true), "
+        "'max_slots' (the most the pool holds in all)}. A launch whose request equals a "
+        "pool's claims a warm session while nobody waits in its resource group (see "
+        "docs/kernels.md, Warm pools).",
+    )
+    warm_pool_interval = Float(
+        2.0, config=True, help="Seconds between the warm pools' refills and clean-ups."
+    )

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..model import Agent, Session, Status
+from ..model import Agent, KernelRole, Session, Status
 from ..store import Transaction
 from .core import Core
+from .pool_config import warm_mark
 
 __all__ = ["agents_view", "queue_view"]
 
@@ -20,19 +21,26 @@ _HOLDING = [s for s in Status if s.occupies]
 
 
 async def agents_view(core: Core, owner: str, admin: bool) -> list[dict[str, Any]]:
-    """Every agent: capacity, occupied and free slots, and the kernels on it."""
+    """Every agent: capacity, occupied and free slots, the kernels on it, and how many
+    warm sessions of each pool have their main1 there."""
 
     def read(tx: Transaction) -> tuple[list[Agent], list[Session]]:
         return tx.list_agents(), tx.list_sessions(statuses=_HOLDING, history=False)
 
     agents, sessions = await core.query(read)
     kernels: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    warm: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for session in sessions:
         visible = admin or session.owner == owner
+        pool = warm_mark(session).get("pool")
         for kernel in session.kernels:
             if kernel.agent_id is None or not kernel.status.occupies:
                 continue
             entry: dict[str, Any] = {"slots": kernel.slots.to_json()}
+            if pool is not None:  # nobody's yet: which pool keeps it warm
+                entry["pool"] = pool
+                if kernel.role is KernelRole.MAIN:
+                    warm[kernel.agent_id][str(pool)] += 1
             if visible:
                 entry.update(
                     session_id=session.id,
@@ -52,6 +60,7 @@ async def agents_view(core: Core, owner: str, admin: bool) -> list[dict[str, Any
             "occupied": agent.occupied.to_json(),
             "free": (agent.capacity - agent.occupied).to_json(),
             "kernels": kernels.get(agent.id, []),
+            "warm": dict(warm.get(agent.id, {})),
         }
         for agent in agents
     ]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .config import Bootstrap, write_file
 from .processes import RuntimeFailure, Supervisor, exit_code, signal_group
-from .protocol import EXIT_TIMEOUT, READY, TASK_TIMEOUT, say
+from .protocol import CLAIM_FILE, EXIT_TIMEOUT, READY, TASK_TIMEOUT, say
 from .sftp import run_sftp
 
 TYPE_CHECKING = False  # spares importing typing at start-up; mypy reads it as True
@@ -45,7 +45,8 @@ def run_kernel(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, set_u
         # Rewritten each time: ipykernel rewrites it at start, so it must stay writable.
         write_file(kernel_file, json.dumps(connection, indent=2) + "\n", 0o600)
         try:
-            return sup.spawn(argv, cwd=args.work_dir, stdin=subprocess.DEVNULL)
+            cwd = _claimed_dir(Path(args.config_dir)) or args.work_dir
+            return sup.spawn(argv, cwd=cwd, stdin=subprocess.DEVNULL)
         except OSError as e:
             raise RuntimeFailure(f"cannot start the kernel ({args.python}): {e}") from e
 
@@ -92,6 +93,15 @@ def run_kernel(sup: Supervisor, boot: Bootstrap, args: argparse.Namespace, set_u
             sup.wait(left)
             continue
         sup.wait(None)
+
+
+def _claimed_dir(config_dir: Path) -> str | None:
+    """The claiming notebook's folder of a warm session (see ``CLAIM_FILE``), if any."""
+    try:
+        folder = json.loads((config_dir / CLAIM_FILE).read_text(encoding="utf-8"))["work_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return folder if isinstance(folder, str) and Path(folder).is_dir() else None
 
 
 def _wait_listening(sup: Supervisor, kernel: subprocess.Popen[Any], port: int) -> None:

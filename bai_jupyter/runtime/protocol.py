@@ -56,6 +56,9 @@ CONFIG_DIR = "/home/config"
 WORK_DIR = "/home/work"
 #: Where the notebook's directory (the Jupyter server's root dir) is mounted in every kernel.
 NOTEBOOK_DIR = WORK_DIR + "/notebooks"
+#: In CONFIG_DIR: written when a warm pool's session is claimed, ``{"work_dir": …}``, the
+#: claiming notebook's folder, where a restarted ipykernel starts from then on.
+CLAIM_FILE = "claim.json"
 
 #: The kernel image a request that names none runs (``bai-jupyter image build`` makes it).
 DEFAULT_IMAGE = "bai-jupyter/python:3.11"

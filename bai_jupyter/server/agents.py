@@ -1,4 +1,5 @@
-"""``/bai/api/v1/agents``: each agent's capacity, occupied and free slots, and its kernels."""
+"""``/bai/api/v1/agents``: each agent's capacity, occupied and free slots, and its kernels;
+``/bai/api/v1/pools``: the warm pools, their sessions and claim counts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from tornado import web
 
 from .base import BaiHandler
 
-__all__ = ["AgentsHandler"]
+__all__ = ["AgentsHandler", "PoolsHandler"]
 
 
 class AgentsHandler(BaiHandler):
@@ -17,3 +18,12 @@ class AgentsHandler(BaiHandler):
     @authorized
     async def get(self) -> None:
         self.write_json({"agents": await self.api.agents()})
+
+
+class PoolsHandler(BaiHandler):
+    """Every warm pool: size, limits, warm and starting sessions, claims, hits, misses."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.write_json({"pools": await self.api.pools()})

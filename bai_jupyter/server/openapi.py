@@ -262,6 +262,12 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 {"200": reply("{agents: [...]}", {"type": "object"})},
             )
         },
+        "/pools": {
+            "get": operation(
+                "warm pools: size, max_slots, warm and starting sessions, claims, hits, misses",
+                {"200": reply("{pools: [...]}", {"type": "object"})},
+            )
+        },
         "/scheduler": {
             "get": operation(
                 "per resource group: settings and the pending queue with why each waits",

@@ -7,7 +7,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from .agents import AgentsHandler
+from .agents import AgentsHandler, PoolsHandler
 from .attach import AttachKernelspecHandler
 from .base import BaiHandler
 from .endpoints import EndpointHandler, EndpointProxyHandler, EndpointsHandler
@@ -64,6 +64,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/templates", TemplatesHandler),
         (f"{API}/templates/{_KEY}", TemplateHandler),
         (f"{API}/agents", AgentsHandler),
+        (f"{API}/pools", PoolsHandler),
         (f"{API}/scheduler", SchedulerHandler),
         (f"{API}/events", EventsHandler),
         (f"{API}/openapi.json", OpenAPIHandler),
