@@ -226,24 +226,24 @@ class WarmPools:
 
         waiting, warm, agents = await self.core.query(read)
         waiting = [s for s in waiting if s.owner != POOL_OWNER]
+        free = {a.id: a.free for a in agents}
+        _give_back(free, [s for s in warm if s.status is Status.TERMINATING])  # on their way
         now = time.time()
         warm = sorted(
-            (s for s in warm if s.status.occupies and not reserved(s, now)),
+            (
+                s
+                for s in warm
+                if s.status.occupies and s.status is not Status.TERMINATING and not reserved(s, now)
+            ),
             key=lambda s: s.created_at,
         )
-        if not waiting or not warm:
-            return
-        free = {a.id: a.free for a in agents}
         ending: list[Session] = []
         for session in waiting:
-            if not _fits(session.spec, agents, free, warm):
+            if not warm or not _fits(session.spec, agents, free, warm):
                 continue
             while warm and never_fits(session.spec, _with(agents, free)) is not None:
-                gone = warm.pop(0)
-                ending.append(gone)
-                for kernel in gone.kernels:
-                    if kernel.agent_id in free:
-                        free[kernel.agent_id] = free[kernel.agent_id] + kernel.slots
+                ending.append(warm.pop(0))
+                _give_back(free, ending[-1:])
         for session in ending:
             name = str(warm_mark(session).get("pool", ""))
             await self.core.db(partial(count, name=name, what="given_way"))
@@ -294,6 +294,14 @@ def _with(agents: list[Agent], free: Mapping[str, ResourceSlot]) -> list[Agent]:
     ]
 
 
+def _give_back(free: dict[str, ResourceSlot], sessions: list[Session]) -> None:
+    """Count what ``sessions`` hold as free on their agents."""
+    for session in sessions:
+        for kernel in session.kernels:
+            if kernel.agent_id in free:
+                free[kernel.agent_id] = free[kernel.agent_id] + kernel.slots
+
+
 def _fits(
     spec: SessionSpec,
     agents: list[Agent],
@@ -302,8 +310,5 @@ def _fits(
 ) -> bool:
     """Whether ``spec`` would fit were every one of ``warm`` given back."""
     room = dict(free)
-    for session in warm:
-        for kernel in session.kernels:
-            if kernel.agent_id in room:
-                room[kernel.agent_id] = room[kernel.agent_id] + kernel.slots
+    _give_back(room, warm)
     return never_fits(spec, _with(agents, room)) is None

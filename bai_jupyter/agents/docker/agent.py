@@ -293,7 +293,10 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
         return bytes(raw).decode(errors="replace")
 
     async def wait_for_output(self, kernel_id: str, text: str, timeout: float) -> bool:
-        """Follows the kernel's log stream (:mod:`.output`) rather than polling its logs."""
+        """Follows the kernel's log stream (:mod:`.output`) rather than polling its logs;
+        over ``ssh://`` (where the SDK cannot end a followed stream) it polls."""
+        if (self.endpoint or "").startswith("ssh://"):
+            return await super().wait_for_output(kernel_id, text, timeout)
         api = await self.engine.api()
         cid = await self.containers.find(api, kernel_id)
         return await follow_output(self.engine, cid, text, timeout)

@@ -58,8 +58,7 @@ async def follow_output(engine: Engine, cid: str, text: str, timeout: float) -> 
         except Exception as exc:  # closed on time-out, or the engine went away
             result = AgentError(f"cannot follow the output of {cid[:12]}: {exc}")
         finally:
-            with contextlib.suppress(Exception):
-                stream.close()
+            _close(stream)
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
             loop.call_soon_threadsafe(settle, result)
 
@@ -70,6 +69,14 @@ async def follow_output(engine: Engine, cid: str, text: str, timeout: float) -> 
         return False
     finally:
         if not found.done():
-            with contextlib.suppress(Exception):
-                stream.close()  # ends the reading thread
+            _close(stream)  # ends the reading thread
             found.cancel()
+
+
+def _close(stream: Any) -> None:
+    """Stop a followed log: the SDK's close shuts the socket down, and the response's close
+    lets go of it (else the socket is left to the garbage collector, with a warning)."""
+    with contextlib.suppress(Exception):
+        stream.close()
+    with contextlib.suppress(Exception):
+        stream._response.close()
