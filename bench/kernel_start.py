@@ -6,11 +6,14 @@ the default kernel image, and for the peer arm ``pip install -e '.[bench]'``).
 Arms, interleaved run by run so they share the machine's noise, each timed from
 the start request until the ``execute_result`` of ``1+1`` arrives (after the
 client's readiness check, ``wait_for_ready``, as every Jupyter front end does).
-No arm has CPU or memory limits (a bai request without ``resources`` sets none):
+Every container arm runs its kernels with the same limits (``cpu 0.5, mem 512m``
+each, ``SLOTS``); the local one has none:
 
 * ``local``: a local ipykernel through jupyter_client's ``AsyncKernelManager``;
-* ``docker``: ``docker run`` (the SDK) of the kernel image running ipykernel on a
-  bind-mounted connection file, reached at its bridge address like bai's main1;
+* ``docker``: ``docker run`` (the SDK) of the kernel image with those limits,
+  running ipykernel on a bind-mounted connection file, reached at its bridge
+  address like bai's main1 once its heartbeat port listens (as bai's runtime
+  waits for it);
 * ``peer``: gateway-provisioners' DockerProvisioner (``jupyter docker-spec``) on
   an image derived from the kernel image with its launcher installed as its docs
   say (``pip install gateway_provisioners`` — here the wheels, downloaded on the
@@ -19,9 +22,13 @@ No arm has CPU or memory limits (a bai request without ``resources`` sets none):
   ``python3`` and the bootstrap's executable bit, which its script needs);
 * ``bai-1`` / ``bai-3``: ``AsyncKernelManager`` on a kernelspec of the ``bai``
   provisioner, cluster size 1 and 3, with an in-process manager (as the server
-  extension registers it) on a fresh store.
+  extension registers it) on a fresh store: a cold start;
+* ``bai-warm``: the same on a kernelspec that a warm pool of size 1 serves
+  (``BaiSessionManager.warm_pools``): the launch claims a warm session; the pool
+  refills before the next sample (not timed).
 
-Prints median, min and max per arm, ratios to ``docker``, and the goals.
+Prints median, min and max per arm, ratios to ``docker`` and to ``local``, and
+the goals.
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
@@ -50,10 +56,17 @@ from jupyter_client.manager import AsyncKernelManager
 from bai_jupyter import kernelspecs
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.registry import register_manager, unregister_manager
+from bai_jupyter.request.kernel_launch import launch_request
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from raw_kernels import connection_file, limits, wait_listening  # a module beside this one
 
 IMAGE = "bai-jupyter/python:3.11"
 PEER_IMAGE = "bai-jupyter/gp-python:3.11"
-GOALS = {"bai-1": 1.25, "bai-3": 1.6}
+#: Goals: arm → largest median ratio to ``docker``; and a warm start beats a local one.
+GOALS = {"bai-1": 1.15, "bai-3": 1.3}
+#: Every container kernel's limits (the docker arm gets the same).
+SLOTS = {"cpu": "0.5", "mem": "512m"}
 PEER_DOCKERFILE = f"""FROM {IMAGE}
 COPY site/ /usr/local/lib/python3.11/dist-packages/
 RUN python3 -c "import sys; from gateway_provisioners.cli.image_bootstrapapp import \\
@@ -88,15 +101,7 @@ async def via_kernel_manager(kernel_name: str, specs: KernelSpecManager) -> floa
 
 
 async def via_docker_run(engine: Any, workdir: Path) -> float:
-    ports = {f"{ch}_port": 2300 + i for i, ch in enumerate(("shell", "iopub", "stdin", "control"))}
-    conn: dict[str, Any] = {
-        **ports,
-        "hb_port": 2304,
-        "ip": "0.0.0.0",
-        "key": secrets.token_hex(32),
-        "transport": "tcp",
-        "signature_scheme": "hmac-sha256",
-    }
+    conn = connection_file()
     folder = Path(tempfile.mkdtemp(dir=workdir))
     (folder / "kernel.json").write_text(json.dumps(conn))
     started = time.perf_counter()
@@ -108,11 +113,15 @@ async def via_docker_run(engine: Any, workdir: Path) -> float:
         init=True,
         volumes={str(folder): {"bind": "/conn", "mode": "rw"}},
         labels={"bai-bench": "kernel_start"},
+        **limits(SLOTS),
     )
     try:
         info = await asyncio.to_thread(engine.api.inspect_container, container.id)
+        ip = info["NetworkSettings"]["IPAddress"]
+        deadline = time.monotonic() + 60
+        await asyncio.to_thread(wait_listening, ip, int(conn["hb_port"]), deadline)
         client = AsyncKernelClient()
-        reach: Any = {**conn, "ip": info["NetworkSettings"]["IPAddress"]}
+        reach: Any = {**conn, "ip": ip}
         client.load_connection_info(reach)
         client.start_channels()
         await first_result(client)
@@ -121,6 +130,15 @@ async def via_docker_run(engine: Any, workdir: Path) -> float:
         return took
     finally:
         await asyncio.to_thread(container.remove, force=True)
+
+
+async def pool_refilled(manager: BaiSessionManager) -> None:
+    """Until the bench's pool has its warm session again (between samples, not timed)."""
+    while True:
+        (pool,) = await manager.pools_view()
+        if pool["warm"] and not pool["starting"]:
+            return
+        await asyncio.sleep(0.1)
 
 
 def peer_kernelspec(engine: Any, root: Path) -> str | None:
@@ -160,13 +178,30 @@ async def main(runs: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         specs = KernelSpecManager(kernel_dirs=[str(root / "kernels")])
-        for name, size in (("bai-1", 1), ("bai-3", 3)):
-            spec = kernelspecs.kernelspec_json(name, {"cluster_size": size})
+        configs: dict[str, dict[str, Any]] = {
+            "bai-1": {"resources": SLOTS},
+            "bai-3": {"resources": SLOTS, "cluster_size": 3},
+            # What the pool serves: bai-1's request, told apart from it by one variable.
+            "bai-warm": {"resources": SLOTS, "env": {"BENCH_ARM": "warm"}},
+        }
+        for name, config in configs.items():
+            spec = kernelspecs.kernelspec_json(name, config)
             (root / "kernels" / name).mkdir(parents=True)
             (root / "kernels" / name / "kernel.json").write_text(json.dumps(spec))
-        manager = BaiSessionManager(store_url=f"sqlite:///{root}/store.sqlite", backend="docker")
+        pool = {"name": "bench", "size": 1, "request": launch_request(configs["bai-warm"])}
+        manager = BaiSessionManager(
+            store_url=f"sqlite:///{root}/store.sqlite",
+            backend="docker",
+            warm_pools=[pool],
+            warm_pool_interval=0.2,
+        )
         await manager.start()
         register_manager(manager)
+
+        async def warm() -> float:
+            await pool_refilled(manager)
+            return await via_kernel_manager("bai-warm", specs)
+
         arms: dict[str, Callable[[], Awaitable[float]]] = {
             "local": lambda: via_kernel_manager("python3", KernelSpecManager()),
             "docker": lambda: via_docker_run(engine, root),
@@ -177,6 +212,7 @@ async def main(runs: int) -> int:
             arms["peer"] = lambda: via_kernel_manager("peer", peer_specs)
         arms["bai-1"] = lambda: via_kernel_manager("bai-1", specs)
         arms["bai-3"] = lambda: via_kernel_manager("bai-3", specs)
+        arms["bai-warm"] = warm
         times: dict[str, list[float]] = {arm: [] for arm in arms}
         try:
             for start in arms.values():  # warm-up, untimed
@@ -193,11 +229,11 @@ async def main(runs: int) -> int:
             await manager.stop()
     medians = {arm: statistics.median(t) for arm, t in times.items()}
     print(f"start → first execute_result, {runs} runs per arm (seconds)")
-    print(f"{'arm':8} {'median':>7} {'min':>7} {'max':>7} {'×docker':>8}")
+    print(f"{'arm':9} {'median':>7} {'min':>7} {'max':>7} {'×docker':>8} {'×local':>7}")
     for arm, samples in times.items():
         print(
-            f"{arm:8} {medians[arm]:7.3f} {min(samples):7.3f} {max(samples):7.3f} "
-            f"{medians[arm] / medians['docker']:8.2f}"
+            f"{arm:9} {medians[arm]:7.3f} {min(samples):7.3f} {max(samples):7.3f} "
+            f"{medians[arm] / medians['docker']:8.2f} {medians[arm] / medians['local']:7.2f}"
         )
     failed = 0
     for arm, goal in GOALS.items():
@@ -205,6 +241,9 @@ async def main(runs: int) -> int:
         ok = ratio <= goal
         failed += not ok
         print(f"goal {arm} ≤ {goal}× docker: {ratio:.2f}× {'PASS' if ok else 'FAIL'}")
+    ratio = medians["bai-warm"] / medians["local"]
+    failed += ratio >= 1
+    print(f"goal bai-warm < 1.0× local: {ratio:.2f}× {'PASS' if ratio < 1 else 'FAIL'}")
     if "peer" in medians:
         ok = medians["bai-1"] < medians["peer"]
         failed += not ok
