@@ -18,6 +18,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -101,6 +102,7 @@ class RawKernels:
         #: The shared bridge size-1 clusters use (as bai's egress bridge), made on first use.
         self.shared = f"bai-bench-raw-{run_id}"
         self._shared_made = False
+        self._shared_lock = threading.Lock()  # starts run in threads
 
     def _network(self, name: str) -> None:
         self.client.api.create_network(
@@ -145,9 +147,10 @@ class RawKernels:
         deadline = time.monotonic() + READY_TIMEOUT
         started = time.perf_counter()
         if size == 1:
-            if not self._shared_made:
-                self._network(self.shared)
-                self._shared_made = True
+            with self._shared_lock:
+                if not self._shared_made:
+                    self._network(self.shared)
+                    self._shared_made = True
             where = self.shared
         else:
             network = where = f"bai-bench-raw-{tag}"

@@ -374,4 +374,5 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         """Each resource group's settings and pending queue in the next pass's order."""
         queues = await self.scheduling.queues()
         settings = {name: dict(conf) for name, conf in dict(self.resource_groups).items()}
-        return queue_view(queues, settings, owner, admin)
+        passes = {name: stats.to_json() for name, stats in self.scheduling.stats.items()}
+        return queue_view(queues, settings, owner, admin, passes)

@@ -14,16 +14,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..model import KernelRole, Session, SessionSpec, Status
-from ..scheduler.config import OwnerPolicy
 from ..scheduler.context import PassContext
 from ..scheduler.placement import AgentPool
 from ..scheduler.predicates import concurrency, owner_resources
-from ..scheduler.queue import load_snapshot
+from ..scheduler.queue import OwnerPolicyOf, load_snapshot
 from ..store import Transaction
 from .core import Core
 from .handover import HandoverError, hand_over
@@ -33,10 +32,7 @@ from .pool_config import MARK, POOL_OWNER, PoolConfig, count, pool_key, reserved
 if TYPE_CHECKING:
     from .warm_pool import WarmPools
 
-__all__ = ["OwnerPolicyOf", "PoolClaims"]
-
-#: The scheduler's limits for an owner: ``(owner, groups, the group's own)``.
-OwnerPolicyOf = Callable[[str, Sequence[str], OwnerPolicy], OwnerPolicy]
+__all__ = ["PoolClaims"]
 
 
 class _Gone(Exception):

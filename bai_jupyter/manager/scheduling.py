@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest, NotFound
@@ -27,6 +28,35 @@ __all__ = ["Scheduling", "load_groups"]
 
 #: Sessions whose why-pending record changed are re-announced only up to this many per pass.
 _ANNOUNCED_FAILURES = 100
+
+
+@dataclass
+class PassStats:
+    """How long a group's passes took (since this manager started): the operator's view of
+    the scheduler's cost, in the queue view."""
+
+    passes: int = 0
+    placed: int = 0
+    total: float = 0.0
+    longest: float = 0.0
+    last: float = 0.0
+
+    def record(self, seconds: float, placed: int) -> None:
+        self.passes += 1
+        self.placed += placed
+        self.total += seconds
+        self.longest = max(self.longest, seconds)
+        self.last = seconds
+
+    def to_json(self) -> dict[str, Any]:
+        mean = self.total / self.passes if self.passes else 0.0
+        return {
+            "passes": self.passes,
+            "placed": self.placed,
+            "last_ms": round(self.last * 1e3, 3),
+            "mean_ms": round(mean * 1e3, 3),
+            "max_ms": round(self.longest * 1e3, 3),
+        }
 
 
 def load_groups(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, GroupScheduler]:
@@ -56,6 +86,8 @@ class Scheduling:
         self.owner_policy = owner_policy
         #: Told each group's result after its pass (the warm pools give way to who waits).
         self.after_pass: Callable[[str, PassResult], Awaitable[None]] | None = None
+        #: Per group: how long its passes took.
+        self.stats: dict[str, PassStats] = defaultdict(PassStats)
 
     def group(self, name: str) -> GroupScheduler:
         try:
@@ -77,6 +109,7 @@ class Scheduling:
         core = self.core
         store = core.require_store()
         for name, group in core.groups.items():
+            started = time.perf_counter()
             result = await asyncio.to_thread(
                 run_pass,
                 store,
@@ -87,6 +120,7 @@ class Scheduling:
                 time.time(),
                 self.owner_policy,
             )
+            self.stats[name].record(time.perf_counter() - started, len(result.placements))
             changed = [p.session_id for p in result.placements]
             changed += [c.session_id for c in result.cancellations]
             if len(result.failures) <= _ANNOUNCED_FAILURES:

@@ -7,6 +7,7 @@ but the identity of other users' sessions only as an admin.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from ..model import Agent, KernelRole, Session, Status
@@ -67,9 +68,14 @@ async def agents_view(core: Core, owner: str, admin: bool) -> list[dict[str, Any
 
 
 def queue_view(
-    queues: dict[str, list[Session]], settings: dict[str, dict[str, Any]], owner: str, admin: bool
+    queues: dict[str, list[Session]],
+    settings: dict[str, dict[str, Any]],
+    owner: str,
+    admin: bool,
+    passes: Mapping[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """Per resource group: its scheduler settings and pending queue, with why each waits."""
+    """Per resource group: its scheduler settings, pending queue with why each waits, and
+    how long its passes took."""
     reply = {}
     for name, conf in settings.items():
         queue = []
@@ -93,5 +99,6 @@ def queue_view(
             "options": conf.get("options") or {},
             "pending": len(queue),
             "queue": queue,
+            "passes": passes.get(name, {"passes": 0}),
         }
     return reply

@@ -33,10 +33,11 @@ from ..request import spec_to_json
 from ..resources import ResourceSlot
 from ..scheduler.dispatcher import PassResult
 from ..scheduler.placement import never_fits
+from ..scheduler.queue import OwnerPolicyOf
 from ..store import Transaction
 from .core import Core
 from .mount_check import MountCheck
-from .pool_claims import OwnerPolicyOf, PoolClaims
+from .pool_claims import PoolClaims
 from .pool_config import (
     MARK,
     POOL_OWNER,

@@ -93,18 +93,20 @@ class Supervisor:
             if child is not None and child.returncode is None:
                 child.returncode = os.waitstatus_to_exitcode(status)
 
-    def _sleep(self, timeout: float | None) -> None:
-        """Sleep until the wake-up pipe has bytes (a signal came) or ``timeout`` passes."""
-        select.select([self._wake_r], [], [], timeout)
+    def _sleep(self, timeout: float | None, fds: tuple[int, ...] = ()) -> None:
+        """Sleep until the wake-up pipe has bytes (a signal came), one of ``fds`` is
+        readable, or ``timeout`` passes."""
+        select.select([self._wake_r, *fds], [], [], timeout)
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_r, 512):
                 pass
 
-    def wait(self, timeout: float | None) -> None:
-        """Block until a signal arrives, a child exits, or ``timeout`` seconds pass."""
+    def wait(self, timeout: float | None, fds: tuple[int, ...] = ()) -> None:
+        """Block until a signal arrives, a child exits, one of ``fds`` is readable, or
+        ``timeout`` seconds pass."""
         self.reap()
         if not self._signals:
-            self._sleep(timeout)
+            self._sleep(timeout, fds)
         self.reap()
 
     def stop(self, proc: subprocess.Popen[Any], grace: float = GRACE) -> None:

@@ -24,6 +24,7 @@ from ...model import ExecResult, KernelRole
 from ...resources import ResourceSlot
 from ..base import AgentBackend, AgentError, KernelStarted, LiveKernel
 from ..multinode import ImageInfo, MultiNodeAgent, Progress, SwarmNode
+from .bootstrap import precompile_runtime
 from .containers import KernelContainers, is_main
 from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_socket
 from .firewall import HostFirewall
@@ -137,6 +138,8 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
         self._firewall = HostFirewall(self)
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._removals = Removals()
+        #: The runtime's bytecode was made (once per agent; see ``precompile_runtime``).
+        self._runtime_compiled = False
         self._watcher: EventWatcher | None = None
 
     # -- the engine ----------------------------------------------------------------------
@@ -213,6 +216,9 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
         """Create every kernel's container, then start main1, then the rest; on any failure
         remove what exists of the session here and raise :class:`AgentError`."""
         api = await self.engine.api()
+        if not self._runtime_compiled:
+            self._runtime_compiled = True
+            await asyncio.to_thread(precompile_runtime, Path(self.runtime_dir))
         async with self._lock(session_id):
             try:
                 return await self._start(api, session_id, plans)

@@ -8,9 +8,12 @@ copied in by ``put_archive`` before start, with the runtime itself. The rest of
 
 from __future__ import annotations
 
+import compileall
+import functools
 import io
 import json
 import os
+import py_compile
 import tarfile
 import time
 from pathlib import Path
@@ -18,7 +21,26 @@ from typing import Any
 
 from ...runtime.protocol import RUNTIME_MOUNT
 
-__all__ = ["bootstrap_archive", "write_bootstrap"]
+__all__ = ["bootstrap_archive", "precompile_runtime", "write_bootstrap"]
+
+
+@functools.cache
+def precompile_runtime(runtime_dir: Path) -> bool:
+    """Compile the runtime's modules once, here, for every kernel to load.
+
+    A kernel's runtime directory is read-only, so Python would compile the runtime
+    in every container at every start, out of the kernel's own CPU share (about 30
+    ms of CPU: 0.6 s of a 0.05 cpu kernel's start). Hash-checked caches stay valid
+    when the files are copied into a remote engine's containers with new times; an
+    image whose Python differs just compiles, as before. ``False``: the package
+    directory is not writable here (nothing gained, nothing broken)."""
+    return bool(
+        compileall.compile_dir(
+            str(runtime_dir),
+            quiet=2,
+            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+        )
+    )
 
 
 def bootstrap_archive(bootstrap: dict[str, Any], runtime_dir: Path) -> bytes:
@@ -43,8 +65,6 @@ def bootstrap_archive(bootstrap: dict[str, Any], runtime_dir: Path) -> bytes:
         add_dir(tar, "home/work", 0o755)
         add_dir(tar, RUNTIME_MOUNT.lstrip("/"), 0o555)
         for path in sorted(runtime_dir.rglob("*")):
-            if "__pycache__" in path.parts:
-                continue
             name = f"{RUNTIME_MOUNT.lstrip('/')}/{path.relative_to(runtime_dir).as_posix()}"
             if path.is_dir():
                 add_dir(tar, name, 0o555)
