@@ -12,12 +12,10 @@ reconciles every session. Nothing here blocks the event loop.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend, AgentError
@@ -26,7 +24,6 @@ from ..errors import Conflict, InvalidRequest, Unavailable
 from ..model import Agent, ExecResult, Session, SessionType, Status
 from ..mounts import MountPolicy
 from ..resources import ResourceSlot
-from ..runtime.protocol import DEFAULT_IMAGE
 from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
 from .activity import Activity
@@ -41,8 +38,10 @@ from .mount_check import MountCheck
 from .policies import Policies
 from .reconcile import Reconciler
 from .replicas import ReplicaKeeper
+from .retention import Retention
 from .scheduling import Scheduling, load_groups
 from .services import ServicePorts
+from .settings import ManagerSettings
 from .templates import Templates
 from .tokens import KernelTokens
 from .views import agents_view, queue_view
@@ -51,118 +50,9 @@ from .watch import KernelWatcher
 __all__ = ["BaiSessionManager"]
 
 
-class BaiSessionManager(LoggingConfigurable):
+# Its traits (``c.BaiSessionManager.*``, each with its help) are in .settings.
+class BaiSessionManager(ManagerSettings, LoggingConfigurable):
     """Sessions for one Jupyter server, a JupyterHub, or a command-line tool."""
-
-    store_url = Unicode(
-        None,
-        allow_none=True,
-        config=True,
-        help="SQLAlchemy URL of the store; default: a SQLite file in the Jupyter data dir.",
-    )
-    backend = Unicode(
-        "auto",
-        config=True,
-        help="The backend of the one agent made when `agents` is empty: a name in the "
-        "entry-point group bai_jupyter.agents ('docker': containers, configured as "
-        "c.DockerAgent; 'local': processes, c.LocalAgent), or 'auto': Docker when an "
-        "engine answers, else local.",
-    )
-    agents = List(
-        Dict(),
-        config=True,
-        help="Agents, each {'backend': name (default 'docker'), **options}: the options "
-        "are traits of that backend's class, set over its class config (DockerAgent: id, "
-        "resource_group, slots, reserve, endpoint, publish_ports, disk_limit, "
-        "host_firewall, pids_limit …; LocalAgent: id, resource_group, slots, reserve, "
-        "root …). Empty: one agent chosen by `backend`.",
-    )
-    resource_groups = Dict(
-        {"default": {"sequencer": "fifo", "selector": "concentrated", "options": {}}},
-        config=True,
-        help="Resource groups: name → {'sequencer', 'selector', 'options'} "
-        "(see docs/scheduler.md).",
-    )
-    default_image = Unicode(
-        DEFAULT_IMAGE,
-        config=True,
-        help="Kernel image for requests that name none (build it: `bai-jupyter image build`).",
-    )
-    data_folders_root = Unicode(
-        "",
-        config=True,
-        help="Where named data folders live (<root>/<owner>/<name>); "
-        "default: <jupyter data dir>/bai_jupyter/folders.",
-    )
-    allowed_host_paths = List(
-        Unicode(),
-        config=True,
-        help="Host path prefixes sessions may mount, each '/prefix' or '/prefix:ro' "
-        "(read-only for everything under it). Default: none (only the owner's data "
-        "folders). Never mountable, even here: /proc, /sys, /dev, /run, the container "
-        "engines' sockets and state, the store's directory, the Jupyter runtime and data "
-        "dirs, this package and its runtime, and other users' data folders. "
-        "See docs/security-mounts in the README.",
-    )
-    policies = Dict(
-        {},
-        config=True,
-        help="Per-user and per-group limits: {'default': {...}, 'groups': {NAME: {...}}, "
-        "'users': {NAME: {...}}}, each entry with any of max_concurrent_sessions, "
-        "max_resources ({slot: amount}), max_pending, allowed_resource_groups, "
-        "allowed_images (patterns), and the idle rules idle_timeout, session_lifetime "
-        "(seconds, 0: off) and utilization ({'cpu_percent', 'window'}, 0: off), which win "
-        "over a resource group's `idle`. A user's own entry wins, else the most generous of "
-        "their groups', else default. Groups are a JupyterHub's (see docs/jupyterhub.md).",
-    )
-    admin_host_paths = Bool(
-        False,
-        config=True,
-        help="Admins (bai_jupyter:admin, e.g. a JupyterHub's admins) may mount any host "
-        "path that exists, not only those under allowed_host_paths; what is never "
-        "mountable stays so. Off: everyone is held to allowed_host_paths.",
-    )
-    pass_interval = Float(5.0, config=True, help="Seconds between periodic scheduling passes.")
-    start_timeout = Float(
-        120.0, config=True, help="Seconds an agent may take to start a session's kernels."
-    )
-    ended_retention = Float(
-        7 * 86400.0,
-        config=True,
-        help="Seconds an ended session's record (status, history, kernels' logs) is kept "
-        "after it ended; older ones are deleted every retention_interval. 0: keep forever.",
-    )
-    retention_interval = Float(
-        3600.0, config=True, help="Seconds between deletions of ended sessions past retention."
-    )
-    log_limit = Int(
-        1 << 20, config=True, help="Characters of each kernel's log kept after it ends."
-    )
-    watchdog_interval = Float(
-        5.0,
-        config=True,
-        help="Seconds between looks at running sessions' idle rules (activity, CPU use, "
-        "lifetime) and at sessions stuck starting or ending (hang_timeout). The time left "
-        "shown by the API is as fresh as this.",
-    )
-    hang_timeout = Dict(
-        {},
-        config=True,
-        help="Seconds a session may stay in each of PREPARING, PULLING, CREATING and "
-        "TERMINATING before it is forced to ERROR (hang-timeout) and its kernels and "
-        "networks are removed, e.g. {'CREATING': 600}; the states left out keep their "
-        "default (PULLING 1800, the others 300); 0: no limit. Read at every check.",
-    )
-    agent_lost_timeout = Float(
-        60.0,
-        config=True,
-        help="Seconds an agent may go without answering before it is lost: its sessions "
-        "end ERROR 'agent-lost' and nothing is placed there until it answers again (then "
-        "its kernels of ended sessions are removed).",
-    )
-    agent_check_interval = Float(
-        2.0, config=True, help="Seconds between checks that every agent answers."
-    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -192,6 +82,7 @@ class BaiSessionManager(LoggingConfigurable):
         self.admission = Admission(self.core, self, self.mounts, self.lifecycle.multinode)
         self.service_ports = ServicePorts(self.core)
         self.templates = Templates(self.core)
+        self.retention = Retention(self.core, self)
         self.replicas = ReplicaKeeper(
             self.core,
             lambda request, owner, meta: self.admission.create(request, owner, meta=meta),
@@ -244,7 +135,7 @@ class BaiSessionManager(LoggingConfigurable):
             core.spawn(self.watcher.watch(agent), loop=True)
         core.spawn(self.scheduling.loop(lambda: self.pass_interval), loop=True)
         core.spawn(self.liveness.loop(), loop=True)
-        core.spawn(self._retention_loop(), loop=True)
+        core.spawn(self.retention.loop(), loop=True)
         core.spawn(self.replicas.loop(), loop=True)
         core.spawn(self.replicas.follow(), loop=True)
         core.spawn(self.idle.loop(), loop=True)
@@ -364,33 +255,7 @@ class BaiSessionManager(LoggingConfigurable):
 
     async def purge(self, key: str, owner: str | None = None) -> Session:
         """Delete an ended session's record (its logs too); Conflict while it has not ended."""
-        session = await self.get(key, owner)
-        if not session.status.is_terminal:
-            raise Conflict(
-                f"session {session.id} is {session.status.value}: only an ended session's "
-                "record can be deleted; end it first (DELETE without purge)"
-            )
-        await self.core.db(lambda tx: tx.delete_sessions([session.id]))
-        return session
-
-    async def purge_ended(self, older_than: float) -> int:
-        """Delete the records of sessions that ended more than ``older_than`` seconds ago."""
-        cutoff = time.time() - older_than
-        ended = await self.list_sessions(statuses=[s for s in Status if s.is_terminal])
-        old = [s.id for s in ended if (s.status_history[-1].at if s.status_history else 0) < cutoff]
-        return await self.core.db(lambda tx: tx.delete_sessions(old)) if old else 0
-
-    async def _retention_loop(self) -> None:
-        """Ended sessions do not pile up: delete those past ``ended_retention``."""
-        while self.ended_retention > 0:
-            try:
-                gone = await self.purge_ended(self.ended_retention)
-            except Exception:
-                self.log.exception("bai-jupyter: deleting ended sessions failed")
-            else:
-                if gone:
-                    self.log.info("bai-jupyter: deleted %d ended sessions past retention", gone)
-            await asyncio.sleep(max(self.retention_interval, 1.0))
+        return await self.retention.purge(key, owner)
 
     async def wait_for(
         self,
@@ -468,8 +333,6 @@ class BaiSessionManager(LoggingConfigurable):
     def events(self) -> AsyncIterator[dict[str, Any]]:
         """Session status changes as they happen (until the caller stops iterating)."""
         return self.core.hub.events()
-
-    # --- templates ----------------------------------------------------------------------------
 
     # --- views of the agents and the queue ----------------------------------------------------
 

@@ -1,0 +1,66 @@
+"""Records of ended sessions: deleted on request, or once past ``ended_retention``.
+
+An ended session's record (status, history, kernels' logs) is kept so its owner
+can still read why it ended; without a limit they would pile up forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol
+
+from ..errors import Conflict
+from ..model import Session, Status
+from .core import Core
+
+__all__ = ["Retention"]
+
+
+class RetentionSettings(Protocol):
+    @property
+    def ended_retention(self) -> float: ...
+
+    @property
+    def retention_interval(self) -> float: ...
+
+
+class Retention:
+    """Deletes ended sessions' records: one on request, the old ones periodically."""
+
+    def __init__(self, core: Core, settings: RetentionSettings) -> None:
+        self.core = core
+        self.settings = settings
+
+    async def purge(self, key: str, owner: str | None = None) -> Session:
+        """Delete an ended session's record (its logs too); Conflict while it has not ended."""
+        session = await self.core.get(key, owner)
+        if not session.status.is_terminal:
+            raise Conflict(
+                f"session {session.id} is {session.status.value}: only an ended session's "
+                "record can be deleted; end it first (DELETE without purge)"
+            )
+        await self.core.db(lambda tx: tx.delete_sessions([session.id]))
+        return session
+
+    async def purge_ended(self, older_than: float) -> int:
+        """Delete the records of sessions that ended more than ``older_than`` seconds ago."""
+        cutoff = time.time() - older_than
+        ended = await self.core.list_sessions(statuses=[s for s in Status if s.is_terminal])
+        old = [s.id for s in ended if (s.status_history[-1].at if s.status_history else 0) < cutoff]
+        return await self.core.db(lambda tx: tx.delete_sessions(old)) if old else 0
+
+    async def loop(self) -> None:
+        """Ended sessions do not pile up: delete those past ``ended_retention``."""
+        settings = self.settings
+        while settings.ended_retention > 0:
+            try:
+                gone = await self.purge_ended(settings.ended_retention)
+            except Exception:
+                self.core.log.exception("bai-jupyter: deleting ended sessions failed")
+            else:
+                if gone:
+                    self.core.log.info(
+                        "bai-jupyter: deleted %d ended sessions past retention", gone
+                    )
+            await asyncio.sleep(max(settings.retention_interval, 1.0))

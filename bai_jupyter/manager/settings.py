@@ -1,0 +1,128 @@
+"""``BaiSessionManager``'s configuration: every trait of ``c.BaiSessionManager.*``.
+
+A mixin of traits only, apart from the manager's operations, so that a reader
+finds every setting and its help in one place. It is not a ``Configurable`` of
+its own: the manager's config section stays ``BaiSessionManager`` alone.
+"""
+
+from __future__ import annotations
+
+from traitlets import Bool, Dict, Float, HasTraits, Int, List, Unicode
+
+from ..runtime.protocol import DEFAULT_IMAGE
+
+__all__ = ["ManagerSettings"]
+
+
+class ManagerSettings(HasTraits):
+    """The settings of :class:`~bai_jupyter.manager.BaiSessionManager`, each with its help."""
+
+    store_url = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="SQLAlchemy URL of the store; default: a SQLite file in the Jupyter data dir.",
+    )
+    backend = Unicode(
+        "auto",
+        config=True,
+        help="The backend of the one agent made when `agents` is empty: a name in the "
+        "entry-point group bai_jupyter.agents ('docker': containers, configured as "
+        "c.DockerAgent; 'local': processes, c.LocalAgent), or 'auto': Docker when an "
+        "engine answers, else local.",
+    )
+    agents = List(
+        Dict(),
+        config=True,
+        help="Agents, each {'backend': name (default 'docker'), **options}: the options "
+        "are traits of that backend's class, set over its class config (DockerAgent: id, "
+        "resource_group, slots, reserve, endpoint, publish_ports, disk_limit, "
+        "host_firewall, pids_limit …; LocalAgent: id, resource_group, slots, reserve, "
+        "root …). Empty: one agent chosen by `backend`.",
+    )
+    resource_groups = Dict(
+        {"default": {"sequencer": "fifo", "selector": "concentrated", "options": {}}},
+        config=True,
+        help="Resource groups: name → {'sequencer', 'selector', 'options'} "
+        "(see docs/scheduler.md).",
+    )
+    default_image = Unicode(
+        DEFAULT_IMAGE,
+        config=True,
+        help="Kernel image for requests that name none (build it: `bai-jupyter image build`).",
+    )
+    data_folders_root = Unicode(
+        "",
+        config=True,
+        help="Where named data folders live (<root>/<owner>/<name>); "
+        "default: <jupyter data dir>/bai_jupyter/folders.",
+    )
+    allowed_host_paths = List(
+        Unicode(),
+        config=True,
+        help="Host path prefixes sessions may mount, each '/prefix' or '/prefix:ro' "
+        "(read-only for everything under it). Default: none (only the owner's data "
+        "folders). Never mountable, even here: /proc, /sys, /dev, /run, the container "
+        "engines' sockets and state, the store's directory, the Jupyter runtime and data "
+        "dirs, this package and its runtime, and other users' data folders. "
+        "See docs/security-mounts in the README.",
+    )
+    policies = Dict(
+        {},
+        config=True,
+        help="Per-user and per-group limits: {'default': {...}, 'groups': {NAME: {...}}, "
+        "'users': {NAME: {...}}}, each entry with any of max_concurrent_sessions, "
+        "max_resources ({slot: amount}), max_pending, allowed_resource_groups, "
+        "allowed_images (patterns), and the idle rules idle_timeout, session_lifetime "
+        "(seconds, 0: off) and utilization ({'cpu_percent', 'window'}, 0: off), which win "
+        "over a resource group's `idle`. A user's own entry wins, else the most generous of "
+        "their groups', else default. Groups are a JupyterHub's (see docs/jupyterhub.md).",
+    )
+    admin_host_paths = Bool(
+        False,
+        config=True,
+        help="Admins (bai_jupyter:admin, e.g. a JupyterHub's admins) may mount any host "
+        "path that exists, not only those under allowed_host_paths; what is never "
+        "mountable stays so. Off: everyone is held to allowed_host_paths.",
+    )
+    pass_interval = Float(5.0, config=True, help="Seconds between periodic scheduling passes.")
+    start_timeout = Float(
+        120.0, config=True, help="Seconds an agent may take to start a session's kernels."
+    )
+    ended_retention = Float(
+        7 * 86400.0,
+        config=True,
+        help="Seconds an ended session's record (status, history, kernels' logs) is kept "
+        "after it ended; older ones are deleted every retention_interval. 0: keep forever.",
+    )
+    retention_interval = Float(
+        3600.0, config=True, help="Seconds between deletions of ended sessions past retention."
+    )
+    log_limit = Int(
+        1 << 20, config=True, help="Characters of each kernel's log kept after it ends."
+    )
+    watchdog_interval = Float(
+        5.0,
+        config=True,
+        help="Seconds between looks at running sessions' idle rules (activity, CPU use, "
+        "lifetime) and at sessions stuck starting or ending (hang_timeout). The time left "
+        "shown by the API is as fresh as this.",
+    )
+    hang_timeout = Dict(
+        {},
+        config=True,
+        help="Seconds a session may stay in each of PREPARING, PULLING, CREATING and "
+        "TERMINATING before it is forced to ERROR (hang-timeout) and its kernels and "
+        "networks are removed, e.g. {'CREATING': 600}; the states left out keep their "
+        "default (PULLING 1800, the others 300); 0: no limit. Read at every check.",
+    )
+    agent_lost_timeout = Float(
+        60.0,
+        config=True,
+        help="Seconds an agent may go without answering before it is lost: its sessions "
+        "end ERROR 'agent-lost' and nothing is placed there until it answers again (then "
+        "its kernels of ended sessions are removed).",
+    )
+    agent_check_interval = Float(
+        2.0, config=True, help="Seconds between checks that every agent answers."
+    )
