@@ -24,9 +24,13 @@ from jupyter_client.connect import KernelConnectionInfo
 
 from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ..model import KernelRole, Session
+from ..runtime.protocol import CHANNELS
 from .checks import require_running
 
 MODES = ("query", "batch", "continue", "input")
+#: The channels a run's messages come on: the first three of the protocol's (shell, iopub,
+#: stdin); control and heartbeat carry none of a run's.
+_SHELL, _IOPUB, _STDIN = CHANNELS[:3]
 
 
 #: ``batch`` runs the code as a shell command, its output passed on as it comes (not
@@ -113,7 +117,7 @@ class _Connection:
                     f"main1's Jupyter kernel did not answer in {timeout:g} s "
                     "(busy, still starting, or gone): try again"
                 )
-        for channel in ("shell", "iopub", "stdin"):
+        for channel in (_SHELL, _IOPUB, _STDIN):
             self.readers.append(asyncio.ensure_future(self._read(channel)))
 
     async def _kernel_info_reply(self, msg_id: str, wait: float) -> bool:
@@ -150,9 +154,9 @@ class _Connection:
 
     def _file(self, run: _Run, channel: str, msg: dict[str, Any]) -> None:
         kind, content = msg["header"]["msg_type"], msg["content"]
-        if channel == "shell" and kind == "execute_reply":
+        if channel == _SHELL and kind == "execute_reply":
             run.reply = content
-        elif channel == "stdin" and kind == "input_request":
+        elif channel == _STDIN and kind == "input_request":
             run.prompt = {"prompt": content.get("prompt", ""), "password": content.get("password")}
         elif kind == "status":
             run.idle = run.idle or content.get("execution_state") == "idle"
