@@ -105,20 +105,28 @@ class _Connection:
         to kernel_info") as soon as one heartbeat misses its 1 s, which a live kernel that
         is still booting or busy (a loaded host, a large cluster starting) often does."""
         self.client.start_channels()
+        try:
+            await self._handshake(timeout)
+        except BaseException:
+            # Timed out, or the call was cancelled: a client dropped with its sockets open
+            # would be collected later, warning of each unclosed socket.
+            self.close()
+            raise
+        for channel in (_SHELL, _IOPUB, _STDIN):
+            self.readers.append(asyncio.ensure_future(self._read(channel)))
+
+    async def _handshake(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             msg_id = self.client.kernel_info()
             if await self._kernel_info_reply(msg_id, min(2.0, max(deadline - loop.time(), 0.1))):
-                break
+                return
             if loop.time() >= deadline:
-                self.close()
                 raise Unavailable(
                     f"main1's Jupyter kernel did not answer in {timeout:g} s "
                     "(busy, still starting, or gone): try again"
                 )
-        for channel in (_SHELL, _IOPUB, _STDIN):
-            self.readers.append(asyncio.ensure_future(self._read(channel)))
 
     async def _kernel_info_reply(self, msg_id: str, wait: float) -> bool:
         """Whether the reply to ``msg_id`` came in ``wait`` s and iopub carries the kernel's
