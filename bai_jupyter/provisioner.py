@@ -33,6 +33,7 @@ from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
 from .model import Session, SessionType, Status
 from .reach import find_sessions
+from .request import RESERVED_PORTS_TEXT
 from .request.kernel_launch import launch_request
 
 __all__ = ["BaiProvisioner", "LaunchError"]
@@ -118,7 +119,7 @@ class BaiProvisioner(KernelProvisionerBase):
         Unicode(),
         config=True,
         help="Service ports of main1 as 'name:proto:port' (proto http, tcp or preopen; "
-        "2200 and 2300-2304 are reserved), proxied at /bai/sessions/<id>/proxy/<name>/.",
+        f"{RESERVED_PORTS_TEXT} are reserved), proxied at /bai/sessions/<id>/proxy/<name>/.",
     )
     template = Unicode(
         None,

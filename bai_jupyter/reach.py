@@ -68,9 +68,13 @@ async def _embedded_sessions(config: Config, owner: str) -> SessionsAPI:
     with _embedded_lock:
         if _embedded is None:
             _embedded = _Embedded(config)
-            # Before the interpreter stops worker threads (plain atexit is too late: the
-            # manager's last engine and store calls need them). Registered after
-            # concurrent.futures' own hook (imported above), so it runs before that one.
+            # Stopped before the interpreter shuts worker threads down, through the private
+            # threading._register_atexit: no public hook runs early enough. concurrent.futures
+            # registers its own shutdown there, after which asyncio.to_thread (every store
+            # and engine call of manager.stop) raises "cannot schedule new futures after
+            # shutdown"; atexit.register, and a non-daemon thread that joins the main thread,
+            # both run after it (checked on CPython 3.11). Registered after that hook
+            # (imported with .loop_thread above), so it runs before it.
             threading._register_atexit(stop_embedded_manager)  # type: ignore[attr-defined]
         embedded = _embedded
     try:

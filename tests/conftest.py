@@ -15,9 +15,12 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
+
+if TYPE_CHECKING:
+    from jupyter_client.asynchronous.client import AsyncKernelClient
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent
@@ -174,6 +177,25 @@ async def started_manager(mgr: Any) -> AsyncIterator[Any]:
         live = [s for s in await mgr.list_sessions() if not s.status.is_terminal]
         await asyncio.gather(*(mgr.destroy(s.id) for s in live))
         await mgr.stop()
+
+
+# --- a Jupyter kernel client, never left with open sockets ---------------------------------
+
+
+@contextlib.asynccontextmanager
+async def kernel_client(
+    client: AsyncKernelClient, timeout: float, hb: bool = True
+) -> AsyncIterator[AsyncKernelClient]:
+    """``client`` once its kernel answers; its channels stopped on
+    the way out whatever happened, a failed wait included. A client dropped with open
+    channels is collected later, in whatever test then runs, and its unclosed sockets fail
+    that one (``PytestUnraisableExceptionWarning``)."""
+    client.start_channels(hb=hb)
+    try:
+        await client.wait_for_ready(timeout=timeout)
+        yield client
+    finally:
+        client.stop_channels()
 
 
 # --- several Docker engines as several hosts, in one Swarm ----------------------------------

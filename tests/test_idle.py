@@ -9,13 +9,14 @@ own Jupyter kernels through a real kernel client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import started_manager
+from conftest import kernel_client, started_manager
 from jupyter_client.asynchronous.client import AsyncKernelClient
 from traitlets.config import Config
 
@@ -65,13 +66,14 @@ async def _running(mgr: BaiSessionManager, session: Session) -> Session:
     return ready
 
 
-async def _kernel(mgr: BaiSessionManager, session_id: str) -> AsyncKernelClient:
+@contextlib.asynccontextmanager
+async def _kernel(mgr: BaiSessionManager, session_id: str) -> AsyncIterator[AsyncKernelClient]:
     """A Jupyter kernel client of main1's ipykernel (as a notebook's would be)."""
     client = AsyncKernelClient()
     client.load_connection_info((await mgr.get(session_id)).kernels[0].info["connection"])
-    client.start_channels(hb=False)  # the heartbeat misses while ipykernel still boots
-    await client.wait_for_ready(timeout=60)
-    return client
+    # No heartbeat: it misses while ipykernel still boots.
+    async with kernel_client(client, timeout=60, hb=False) as ready:
+        yield ready
 
 
 async def _rules(mgr: BaiSessionManager, session_id: str) -> dict[str, Any]:
@@ -94,54 +96,53 @@ async def test_idle_rules_end_sessions_with_their_reason(manager: BaiSessionMana
     # alice's first kernel computes for good, from as soon as it can: a busy kernel is in
     # use, and its CPU is far above her bar.
     spinning = await _running(manager, await manager.create(req, "alice"))
-    clients = [await _kernel(manager, spinning.id)]
-    try:
-        clients[0].execute("while True: pass")
-        idle, busy_then_idle, job = await asyncio.gather(
-            manager.create(req, "alice"),
-            manager.create(req, "bob"),
-            manager.create(
-                {**req, "type": "batch", "startup_command": "sleep 60"},
-                "carol",
-                groups=["batchers"],
-            ),
-        )
-        await asyncio.gather(*(_running(manager, s) for s in (idle, busy_then_idle, job)))
-        clients.append(await _kernel(manager, busy_then_idle.id))
-        # bob's cell runs longer than his idle timeout.
-        cell = clients[1].execute(f"import time; time.sleep({IDLE_TIMEOUT + 1.5})")
+    async with contextlib.AsyncExitStack() as clients:
+        spinner = await clients.enter_async_context(_kernel(manager, spinning.id))
+        try:
+            spinner.execute("while True: pass")
+            idle, busy_then_idle, job = await asyncio.gather(
+                manager.create(req, "alice"),
+                manager.create(req, "bob"),
+                manager.create(
+                    {**req, "type": "batch", "startup_command": "sleep 60"},
+                    "carol",
+                    groups=["batchers"],
+                ),
+            )
+            await asyncio.gather(*(_running(manager, s) for s in (idle, busy_then_idle, job)))
+            busy = await clients.enter_async_context(_kernel(manager, busy_then_idle.id))
+            # bob's cell runs longer than his idle timeout.
+            cell = busy.execute(f"import time; time.sleep({IDLE_TIMEOUT + 1.5})")
 
-        # What applies to whom, and where it came from.
-        rules = await _rules(manager, busy_then_idle.id)
-        assert rules["idle_timeout"]["source"] == "resource_groups.default.idle"
-        assert rules["idle_timeout"]["timeout"] == IDLE_TIMEOUT
-        rules = await _rules(manager, job.id)  # a batch job is never idle, but does not last
-        assert set(rules) - {"last_activity", "activity"} == {"session_lifetime"}
-        assert rules["session_lifetime"]["source"] == "policies.groups.batchers"
-        rules = await _rules(manager, spinning.id)
-        assert set(rules) - {"last_activity", "activity"} == {"utilization"}
-        assert rules["utilization"]["source"] == "policies.users.alice"
+            # What applies to whom, and where it came from.
+            rules = await _rules(manager, busy_then_idle.id)
+            assert rules["idle_timeout"]["source"] == "resource_groups.default.idle"
+            assert rules["idle_timeout"]["timeout"] == IDLE_TIMEOUT
+            rules = await _rules(manager, job.id)  # a batch job is never idle, but does not last
+            assert set(rules) - {"last_activity", "activity"} == {"session_lifetime"}
+            assert rules["session_lifetime"]["source"] == "policies.groups.batchers"
+            rules = await _rules(manager, spinning.id)
+            assert set(rules) - {"last_activity", "activity"} == {"utilization"}
+            assert rules["utilization"]["source"] == "policies.users.alice"
 
-        ended = await _ended(manager, idle.id)
-        assert ended.status_info == "utilization-idle"
-        assert (await manager.get(spinning.id)).status is Status.RUNNING
-        assert (await _rules(manager, spinning.id))["utilization"]["cpu_used"] > 30
+            ended = await _ended(manager, idle.id)
+            assert ended.status_info == "utilization-idle"
+            assert (await manager.get(spinning.id)).status is Status.RUNNING
+            assert (await _rules(manager, spinning.id))["utilization"]["cpu_used"] > 30
 
-        while (await clients[1].get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
-            pass  # replies to the readiness checks
-        assert (await manager.get(busy_then_idle.id)).status is Status.RUNNING
-        ended = await _ended(manager, busy_then_idle.id)
-        assert ended.status_info == "idle-timeout"
+            while (await busy.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
+                pass  # replies to the readiness checks
+            assert (await manager.get(busy_then_idle.id)).status is Status.RUNNING
+            ended = await _ended(manager, busy_then_idle.id)
+            assert ended.status_info == "idle-timeout"
 
-        done = await _ended(manager, job.id)
-        assert done.status_info == "session-lifetime"
-        assert done.result is SessionResult.UNDEFINED
-        assert idle_view(done.status_data, 0, running=False) == {}
-    finally:
-        if (await manager.get(spinning.id)).status is Status.RUNNING:
-            await manager.signal(spinning.id, signal.SIGINT)  # ends the loop: a quick teardown
-        for client in clients:
-            client.stop_channels()
+            done = await _ended(manager, job.id)
+            assert done.status_info == "session-lifetime"
+            assert done.result is SessionResult.UNDEFINED
+            assert idle_view(done.status_data, 0, running=False) == {}
+        finally:
+            if (await manager.get(spinning.id)).status is Status.RUNNING:
+                await manager.signal(spinning.id, signal.SIGINT)  # ends the loop: quick teardown
 
 
 def test_utilization_says_when_a_quiet_session_would_end() -> None:

@@ -9,6 +9,7 @@ process with no server, on the manager it embeds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import kernel_client
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
 # pytest-jupyter's server fixtures for this module only (as a plugin its hooks would take
@@ -105,13 +107,14 @@ async def _start(fetch: Fetch, name: str) -> str:
     return kernel_id
 
 
-async def _client(serverapp: Any, kernel_id: str) -> AsyncKernelClient:
+@contextlib.asynccontextmanager
+async def _client(serverapp: Any, kernel_id: str) -> AsyncIterator[AsyncKernelClient]:
+    """A client of the Jupyter kernel, once it started; stopped whatever happens."""
     km = serverapp.kernel_manager.get_kernel(kernel_id)
     await km.ready
     client: AsyncKernelClient = km.client()
-    client.start_channels()
-    await client.wait_for_ready(timeout=30)
-    return client
+    async with kernel_client(client, timeout=30) as ready:
+        yield ready
 
 
 async def _run(client: AsyncKernelClient, code: str) -> tuple[dict[str, Any], str]:
@@ -153,20 +156,19 @@ async def test_cluster_kernel_runs_in_main1_and_reaches_sub1(
 ) -> None:
     _install("bai-cluster-3", cluster_size=3, resources=SMALL)
     kernel_id = await _start(jp_fetch, "bai-cluster-3")
-    client = await _client(jp_serverapp, kernel_id)
-    session = await _session_of(manager, kernel_id)
-    assert session.status is Status.RUNNING
-    content, out = await _run(
-        client,
-        SSH + "import os, socket\n"
-        "print(socket.gethostname())\n"
-        "print(os.environ['BACKENDAI_SESSION_ID'], os.environ['BACKENDAI_CLUSTER_HOSTS'],"
-        " os.environ['BACKENDAI_CLUSTER_ROLE'], os.environ['BACKENDAI_CLUSTER_SIZE'])\n"
-        "print(sh('ssh', 'sub1', 'hostname'))",
-    )
-    assert content["status"] == "ok", content
-    assert out.splitlines() == ["main1", f"{session.id} main1,sub1,sub2 main 3", "sub1"]
-    client.stop_channels()
+    async with _client(jp_serverapp, kernel_id) as client:
+        session = await _session_of(manager, kernel_id)
+        assert session.status is Status.RUNNING
+        content, out = await _run(
+            client,
+            SSH + "import os, socket\n"
+            "print(socket.gethostname())\n"
+            "print(os.environ['BACKENDAI_SESSION_ID'], os.environ['BACKENDAI_CLUSTER_HOSTS'],"
+            " os.environ['BACKENDAI_CLUSTER_ROLE'], os.environ['BACKENDAI_CLUSTER_SIZE'])\n"
+            "print(sh('ssh', 'sub1', 'hostname'))",
+        )
+        assert content["status"] == "ok", content
+        assert out.splitlines() == ["main1", f"{session.id} main1,sub1,sub2 main 3", "sub1"]
 
 
 @pytest.mark.parametrize("mode", ["signal", "message"])
@@ -175,21 +177,20 @@ async def test_interrupt_stops_a_sleep_within_2s(
 ) -> None:
     _install(f"bai-{mode}", interrupt_mode=mode, resources=SMALL)
     kernel_id = await _start(jp_fetch, f"bai-{mode}")
-    client = await _client(jp_serverapp, kernel_id)
-    msg_id = client.execute("import time; time.sleep(60)")
-    while True:  # until the cell runs
-        msg = await client.get_iopub_msg(timeout=10)
-        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_input":
-            break
-    await asyncio.sleep(0.3)
-    started = time.monotonic()
-    await jp_fetch("api", "kernels", kernel_id, "interrupt", method="POST", body="")
-    reply = await client.get_shell_msg(timeout=5)
-    while reply["parent_header"].get("msg_id") != msg_id:
+    async with _client(jp_serverapp, kernel_id) as client:
+        msg_id = client.execute("import time; time.sleep(60)")
+        while True:  # until the cell runs
+            msg = await client.get_iopub_msg(timeout=10)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_input":
+                break
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await jp_fetch("api", "kernels", kernel_id, "interrupt", method="POST", body="")
         reply = await client.get_shell_msg(timeout=5)
-    assert time.monotonic() - started < 2
-    assert reply["content"]["ename"] == "KeyboardInterrupt"
-    client.stop_channels()
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = await client.get_shell_msg(timeout=5)
+        assert time.monotonic() - started < 2
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
 
 
 async def test_restart_keeps_the_cluster_sub1_and_its_files(
@@ -197,21 +198,20 @@ async def test_restart_keeps_the_cluster_sub1_and_its_files(
 ) -> None:
     _install("bai-cluster-3", cluster_size=3, resources=SMALL)
     kernel_id = await _start(jp_fetch, "bai-cluster-3")
-    client = await _client(jp_serverapp, kernel_id)
-    before = await _session_of(manager, kernel_id)
-    content, _ = await _run(client, SSH + "x = 1\nsh('ssh', 'sub1', 'echo kept > /tmp/marker')")
-    assert content["status"] == "ok", content
+    async with _client(jp_serverapp, kernel_id) as client:
+        before = await _session_of(manager, kernel_id)
+        content, _ = await _run(client, SSH + "x = 1\nsh('ssh', 'sub1', 'echo kept > /tmp/marker')")
+        assert content["status"] == "ok", content
 
-    await jp_fetch("api", "kernels", kernel_id, "restart", method="POST", body="")
-    await client.wait_for_ready(timeout=30)
-    content, out = await _run(client, SSH + "print(sh('ssh', 'sub1', 'cat /tmp/marker'))")
-    assert out.strip() == "kept"
-    content, _ = await _run(client, "x")
-    assert content["ename"] == "NameError"  # a fresh ipykernel …
-    after = await manager.get(before.id)  # … in the same session, same containers
-    assert after.status is Status.RUNNING
-    assert [k.container_id for k in after.kernels] == [k.container_id for k in before.kernels]
-    client.stop_channels()
+        await jp_fetch("api", "kernels", kernel_id, "restart", method="POST", body="")
+        await client.wait_for_ready(timeout=30)
+        content, out = await _run(client, SSH + "print(sh('ssh', 'sub1', 'cat /tmp/marker'))")
+        assert out.strip() == "kept"
+        content, _ = await _run(client, "x")
+        assert content["ename"] == "NameError"  # a fresh ipykernel …
+        after = await manager.get(before.id)  # … in the same session, same containers
+        assert after.status is Status.RUNNING
+        assert [k.container_id for k in after.kernels] == [k.container_id for k in before.kernels]
 
 
 async def test_shutdown_leaves_no_container_and_provisioner_info_round_trips(
@@ -254,10 +254,10 @@ async def test_a_queued_kernel_starts_when_capacity_frees(
     assert not jp_serverapp.kernel_manager.get_kernel(second).ready.done()
 
     await jp_fetch("api", "kernels", first, method="DELETE")
-    client = await asyncio.wait_for(_client(jp_serverapp, second), 60)
-    _, out = await _run(client, "import socket; print(socket.gethostname())")
-    assert out.strip() == "main1"
-    client.stop_channels()
+    await asyncio.wait_for(jp_serverapp.kernel_manager.get_kernel(second).ready, 60)
+    async with _client(jp_serverapp, second) as client:
+        _, out = await _run(client, "import socket; print(socket.gethostname())")
+        assert out.strip() == "main1"
 
 
 @pytest.mark.parametrize("capacity", [{"cpu": "1", "mem": "2g"}])
@@ -338,10 +338,9 @@ async def test_a_kernel_attached_to_a_session_leaves_it_running(
     await manager.wait_for(session.id, {Status.RUNNING}, timeout=60)
     _install("bai-attach", session="shared")
     kernel_id = await _start(jp_fetch, "bai-attach")
-    client = await _client(jp_serverapp, kernel_id)
-    _, out = await _run(client, "import os; print(os.environ['BACKENDAI_SESSION_ID'])")
-    assert out.strip() == session.id
-    client.stop_channels()
+    async with _client(jp_serverapp, kernel_id) as client:
+        _, out = await _run(client, "import os; print(os.environ['BACKENDAI_SESSION_ID'])")
+        assert out.strip() == session.id
     await jp_fetch("api", "kernels", kernel_id, method="DELETE")
     assert (await manager.get(session.id)).status is Status.RUNNING
     assert [s.id for s in await manager.list_sessions()] == [session.id]

@@ -1,4 +1,5 @@
-"""Links ``%bai`` prints in main1 are the server's public ones, not the kernel listener's.
+"""Links ``%bai`` prints in main1 (``ports``, ``status``) are the server's public ones, not
+the kernel listener's.
 
 In a kernel ``BAI_JUPYTER_URL`` is the kernel-access listener (reachable from
 containers only, with a kernel token): a person who opens a link built on it
@@ -19,15 +20,15 @@ from bai_jupyter.model import Status
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
 
-#: Run in main1: serve the work dir on the service port, then print the session's ports.
+#: Run in main1: serve the work dir on the service port, then a ``%bai`` command.
 _CODE = """
 import json, os, subprocess, sys, time, urllib.request
 subprocess.Popen([sys.executable, "-m", "http.server", "8080"], stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL)
 open("hello.txt", "w").write("hello from main1")
 get_ipython().run_line_magic("load_ext", "bai_jupyter")
-print(json.dumps({"kernel_url": os.environ["BAI_JUPYTER_URL"]}))
-get_ipython().run_line_magic("bai", "ports")
+print(json.dumps({{"kernel_url": os.environ["BAI_JUPYTER_URL"]}}))
+get_ipython().run_line_magic("bai", {command!r})
 """
 
 
@@ -48,7 +49,10 @@ async def _printed(server: Server, session_id: str, code: str) -> str:
     return "".join(item[1] for item in console if item[0] == "stdout")
 
 
-async def test_bai_ports_in_main1_links_through_the_server(server: Server) -> None:
+# ``status`` as text: the plain view a terminal-like front end gets (its widget view links
+# to the server's path, relative to the page).
+@pytest.mark.parametrize("command", ["ports", "status --text"])
+async def test_bai_commands_in_main1_link_through_the_server(server: Server, command: str) -> None:
     client = server.client()
     session = await client.create(
         {"resources": {"cpu": "0.5", "mem": "256m"}, "service_ports": ["web:http:8080"]}
@@ -56,7 +60,7 @@ async def test_bai_ports_in_main1_links_through_the_server(server: Server) -> No
     try:
         ready = await client.wait_for(session.id, {Status.RUNNING}, timeout=120)
         assert ready.status is Status.RUNNING, ready.status_data
-        printed = await _printed(server, session.id, _CODE)
+        printed = await _printed(server, session.id, _CODE.format(command=command))
         kernel_url = json.loads(printed.splitlines()[0])["kernel_url"]
         match = re.search(r"(http://\S+/proxy/web/)", printed)
         assert match, printed

@@ -20,6 +20,7 @@ from traitlets.config import Configurable
 from .. import kernelspecs
 from ..errors import BaiError
 from ..manager import BaiSessionManager
+from ..request import RESERVED_PORTS_TEXT
 from ..resources import ResourceSlot, format_amount
 from ..scheduler.config import SchedulerConfig, SchedulerConfigError
 from ..text import format_table
@@ -89,7 +90,7 @@ bai-jupyter kernelspec install py-web --service-port web:http:8080
         Unicode(),
         config=True,
         help="A service port of main1, NAME:PROTO:PORT, proxied at "
-        "/bai/sessions/<id>/proxy/NAME/ (proto http, tcp or preopen; 2200 and 2300-2304 "
+        f"/bai/sessions/<id>/proxy/NAME/ (proto http, tcp or preopen; {RESERVED_PORTS_TEXT} "
         "are reserved); repeatable.",
     )
     session = Unicode(

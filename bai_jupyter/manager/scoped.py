@@ -186,7 +186,7 @@ class ScopedManager:
     # --- templates ----------------------------------------------------------------------------
 
     async def list_templates(self) -> list[Template]:
-        return await self._run(self.manager.templates.list(self.owner))
+        return await self._run(self.manager.templates.list_templates(self.owner))
 
     async def get_template(self, name: str) -> Template:
         return await self._run(self.manager.templates.get(name, self.owner))

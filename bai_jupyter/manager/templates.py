@@ -14,7 +14,7 @@ class Templates:
     def __init__(self, core: Core) -> None:
         self.core = core
 
-    async def list(self, owner: str | None) -> list[Template]:
+    async def list_templates(self, owner: str | None) -> list[Template]:
         """Shared templates and ``owner``'s own."""
         return await self.core.query(lambda tx: tx.list_templates(owner))
 

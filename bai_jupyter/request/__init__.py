@@ -14,7 +14,7 @@ request clear what a template set (``{"env": {"DEBUG": null}}``).
 
 from __future__ import annotations
 
-from .bounds import IMAGE_RE, NAME_RE, RESERVED_PORTS
+from .bounds import IMAGE_RE, NAME_RE, RESERVED_PORTS, RESERVED_PORTS_TEXT
 from .parsers import SpecError, parse_service_ports
 from .schema import FIELDS, SpecField, field_help, parse_spec, spec_to_json, validate_partial
 from .templates import Template, apply_template, merge
@@ -24,6 +24,7 @@ __all__ = [
     "IMAGE_RE",
     "NAME_RE",
     "RESERVED_PORTS",
+    "RESERVED_PORTS_TEXT",
     "SpecError",
     "SpecField",
     "Template",

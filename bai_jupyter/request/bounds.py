@@ -37,6 +37,10 @@ PUBLIC_KEY_RE = re.compile(
 #: Ports of main1 our runtime uses itself: sshd, and the Jupyter kernel's five channels
 #: (``runtime.protocol.KERNEL_PORTS``). A service port there could never start.
 RESERVED_PORTS = frozenset({SSH_PORT, *KERNEL_PORTS.values()})
+#: The Jupyter kernel's ports as help texts write them (``2300-2304``: they are contiguous).
+KERNEL_PORT_RANGE = f"{min(KERNEL_PORTS.values())}-{max(KERNEL_PORTS.values())}"
+#: :data:`RESERVED_PORTS` as help texts write them (``2200 and 2300-2304``).
+RESERVED_PORTS_TEXT = f"{SSH_PORT} and {KERNEL_PORT_RANGE}"
 #: A Docker image reference (distribution/reference grammar): [host[:port]/]path[:tag][@digest].
 _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _DOMAIN = rf"{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?"

@@ -9,10 +9,11 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from ..resources import KNOWN_SLOTS, ResourceError, ResourceSlot, SlotKind, parse_amount
-from ..runtime.protocol import SERVICE_PROTOCOLS, ServicePort
+from ..runtime.protocol import SERVICE_PROTOCOLS, SSH_PORT, ServicePort
 from .bounds import (
     ENV_KEY_RE,
     IMAGE_RE,
+    KERNEL_PORT_RANGE,
     MAX_BATCH_TIMEOUT,
     MAX_BYTES,
     MAX_COUNT,
@@ -305,6 +306,8 @@ def parse_mounts(value: Any, path: str) -> list[str]:
 
 
 def parse_service_port(value: Any, path: str) -> str:
+    """``name:proto:port`` as :meth:`ServicePort.parse` reads it, normalized; a request's
+    service names are stricter (lowercase, as in a URL) and each wrong part has its message."""
     shape = f"must be 'name:proto:port' with proto one of {', '.join(SERVICE_PROTOCOLS)}"
     if not isinstance(value, str) or value.count(":") != 2:
         raise SpecError(path, f"{shape}, e.g. 'tensorboard:http:6006', got {show(value)}")
@@ -315,9 +318,14 @@ def parse_service_port(value: Any, path: str) -> str:
         )
     if proto not in SERVICE_PROTOCOLS:
         raise SpecError(path, f"{shape}, got protocol {show(proto)}")
-    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+    try:
+        parsed: ServicePort | None = ServicePort.parse(value)
+    except ValueError:
+        parsed = None
+    # The protocol's pattern takes any script's digits; a request's port is ASCII.
+    if parsed is None or not port.isascii():
         raise SpecError(path, f"port must be an integer from 1 to 65535, got {show(port)}")
-    return str(ServicePort(name, proto, int(port)))
+    return str(parsed)
 
 
 def parse_service_ports_unbounded(value: Any, path: str) -> list[str]:
@@ -340,8 +348,8 @@ def bound_service_ports(value: Any, path: str) -> None:
         if port in RESERVED_PORTS:
             raise SpecError(
                 f"{path}[{i}]",
-                f"port {port} is reserved in every kernel (sshd 2200, the Jupyter kernel "
-                "2300-2304): use another port",
+                f"port {port} is reserved in every kernel (sshd {SSH_PORT}, the Jupyter "
+                f"kernel {KERNEL_PORT_RANGE}): use another port",
             )
 
 

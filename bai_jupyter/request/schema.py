@@ -25,6 +25,7 @@ from .bounds import (
     MAX_PRIORITY,
     MAX_PUBLIC_KEY,
     MAX_TEXT,
+    RESERVED_PORTS_TEXT,
 )
 from .parsers import (
     SpecError,
@@ -137,7 +138,7 @@ FIELDS: Mapping[str, SpecField] = MappingProxyType(
         "service_ports": SpecField(
             parse_service_ports_unbounded,
             f"extra service ports of main1, 'name:proto:port' "
-            f"(proto: {', '.join(SERVICE_PROTOCOLS)}; ports 2200 and 2300-2304 are reserved)",
+            f"(proto: {', '.join(SERVICE_PROTOCOLS)}; ports {RESERVED_PORTS_TEXT} are reserved)",
             bound_service_ports,
         ),
         "roles": SpecField(

@@ -24,9 +24,13 @@ from jupyter_client.connect import KernelConnectionInfo
 
 from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
 from ..model import KernelRole, Session
+from ..runtime.protocol import CHANNELS
 from .checks import require_running
 
 MODES = ("query", "batch", "continue", "input")
+#: The channels a run's messages come on: the first three of the protocol's (shell, iopub,
+#: stdin); control and heartbeat carry none of a run's.
+_SHELL, _IOPUB, _STDIN = CHANNELS[:3]
 
 
 #: ``batch`` runs the code as a shell command, its output passed on as it comes (not
@@ -101,20 +105,28 @@ class _Connection:
         to kernel_info") as soon as one heartbeat misses its 1 s, which a live kernel that
         is still booting or busy (a loaded host, a large cluster starting) often does."""
         self.client.start_channels()
+        try:
+            await self._handshake(timeout)
+        except BaseException:
+            # Timed out, or the call was cancelled: a client dropped with its sockets open
+            # would be collected later, warning of each unclosed socket.
+            self.close()
+            raise
+        for channel in (_SHELL, _IOPUB, _STDIN):
+            self.readers.append(asyncio.ensure_future(self._read(channel)))
+
+    async def _handshake(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             msg_id = self.client.kernel_info()
             if await self._kernel_info_reply(msg_id, min(2.0, max(deadline - loop.time(), 0.1))):
-                break
+                return
             if loop.time() >= deadline:
-                self.close()
                 raise Unavailable(
                     f"main1's Jupyter kernel did not answer in {timeout:g} s "
                     "(busy, still starting, or gone): try again"
                 )
-        for channel in ("shell", "iopub", "stdin"):
-            self.readers.append(asyncio.ensure_future(self._read(channel)))
 
     async def _kernel_info_reply(self, msg_id: str, wait: float) -> bool:
         """Whether the reply to ``msg_id`` came in ``wait`` s and iopub carries the kernel's
@@ -150,9 +162,9 @@ class _Connection:
 
     def _file(self, run: _Run, channel: str, msg: dict[str, Any]) -> None:
         kind, content = msg["header"]["msg_type"], msg["content"]
-        if channel == "shell" and kind == "execute_reply":
+        if channel == _SHELL and kind == "execute_reply":
             run.reply = content
-        elif channel == "stdin" and kind == "input_request":
+        elif channel == _STDIN and kind == "input_request":
             run.prompt = {"prompt": content.get("prompt", ""), "password": content.get("password")}
         elif kind == "status":
             run.idle = run.idle or content.get("execution_state") == "idle"

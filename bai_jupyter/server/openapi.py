@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import SessionType
+from ..request import RESERVED_PORTS_TEXT
 from .openapi_schemas import SCHEMAS, json_content, operation, path_param, query_param, ref, reply
 
 __all__ = ["openapi"]
@@ -172,7 +173,7 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                                 "service_port": {
                                     "type": "string",
                                     "description": "name:proto:port, e.g. web:http:8080 "
-                                    "(2200 and 2300-2304 are reserved)",
+                                    f"({RESERVED_PORTS_TEXT} are reserved)",
                                 }
                             },
                         }

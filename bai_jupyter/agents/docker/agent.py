@@ -2,8 +2,9 @@
 
 The engine client (``engine``), the bridges (``networks``), the containers
 (``containers``), the host firewall (``firewall``) and the event thread
-(``watcher``) each do one job; this class holds the options and orders the
-steps of starting and removing a session.
+(``watcher``) each do one job; this class orders the steps of starting and
+removing a session. Its options are the ``options`` mixin, its part in sessions
+spread over several agents (the Swarm, images, host files) the ``multinode`` one.
 """
 
 from __future__ import annotations
@@ -11,25 +12,24 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker.errors
 from jupyter_core.paths import jupyter_runtime_dir
-from traitlets import Bool, Int, Unicode
 
 from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
 from ...model import ExecResult, KernelRole
 from ...resources import ResourceSlot
 from ..base import AgentBackend, AgentError, KernelStarted, LiveKernel
-from ..multinode import ImageInfo, MultiNodeAgent, Progress, SwarmNode
 from .bootstrap import precompile_runtime
 from .containers import KernelContainers, is_main
 from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_socket
 from .firewall import HostFirewall
 from .images import EngineImages
+from .multinode import DockerMultiNode
 from .networks import EGRESS_NETWORK, Networks, network_name
+from .options import DockerOptions
 from .output import follow_output
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
@@ -37,7 +37,7 @@ from .watcher import EventWatcher, Removals
 __all__ = ["DockerAgent"]
 
 
-class DockerAgent(AgentBackend, MultiNodeAgent):
+class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
     """One Docker engine (local socket or remote endpoint) as an agent.
 
     ``endpoint``, ``publish_ports`` and ``address`` are read when the agent is made."""
@@ -47,72 +47,6 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
     sftp = True
     auto_rank = 0
     unavailable_reason = "no Docker engine answered"
-
-    endpoint = Unicode(
-        None,
-        allow_none=True,
-        config=True,
-        help="The engine's URL, e.g. 'unix:///var/run/docker.sock' or 'tcp://host:2376'; "
-        "default: the environment's engine (DOCKER_HOST, else the local socket).",
-    )
-    publish_ports = Bool(
-        None,
-        allow_none=True,
-        config=True,
-        help="Publish main1's ports on 127.0.0.1 (or `address`) (true), or reach main1 at "
-        "its address on the egress bridge (false); default: publish unless the engine is "
-        "local on Linux and has no `address`.",
-    )
-    address = Unicode(
-        "",
-        config=True,
-        help="The address this host reaches the engine's machine at (another host, or a "
-        "node of a Swarm): main1's ports are published on this address only (never on "
-        "0.0.0.0) and the manager connects there. '': 127.0.0.1 when ports are published.",
-    )
-    manager_address = Unicode(
-        "",
-        config=True,
-        help="The address this agent's kernels reach the manager's host at; the kernel-"
-        "access listener (%bai in kernels) listens there. '': the egress bridge's gateway on "
-        "a local engine without `address`; none elsewhere.",
-    )
-    tls_cert_path = Unicode(
-        "",
-        config=True,
-        help="A directory with ca.pem, cert.pem and key.pem: a tcp:// endpoint is reached "
-        "over TLS, the engine verified against ca.pem (as DOCKER_CERT_PATH for the Docker "
-        "CLI). '': plain TCP (only on a trusted network), or DOCKER_* when no endpoint is set.",
-    )
-    disk_limit = Unicode(
-        "",
-        config=True,
-        help="Size limit of each kernel's writable layer (e.g. '10g'); '' = none. Needs a "
-        "storage driver that supports it (overlay2 on xfs with pquota, devicemapper, btrfs, "
-        "zfs); elsewhere a warning is logged once and kernels run without it.",
-    )
-    host_firewall = Bool(
-        True,
-        config=True,
-        help="Block kernels from this host's services except the kernel-access listener "
-        "(an iptables chain BAI-JUPYTER-INPUT in INPUT; needs root and iptables, else a "
-        "warning is logged). Local engines on Linux only.",
-    )
-    pids_limit = Int(4096, config=True, help="How many processes each kernel may have at once.")
-    sftp_address = Unicode(
-        "127.0.0.1",
-        config=True,
-        help="The host address a system session's SFTP port is published on: 127.0.0.1 "
-        "(this machine only; reach it from elsewhere through an SSH tunnel), a public "
-        "interface's address, or 0.0.0.0 (every interface). Its port is chosen by the engine.",
-    )
-    sftp_host = Unicode(
-        "",
-        config=True,
-        help="The host name people connect to for SFTP, as the API shows it (e.g. "
-        "'gpu1.example.org'); default: sftp_address, or this machine's name when that is "
-        "0.0.0.0.",
-    )
 
     def __init__(self, agent_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(agent_id, **kwargs)
@@ -403,41 +337,6 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
                 )
             )
         return kernels
-
-    # -- several agents: the Swarm, images, shared files --------------------------------
-
-    async def swarm_node(self) -> SwarmNode:
-        return await self.swarm.node()
-
-    async def swarm_members(self) -> set[str]:
-        return await self.swarm.members()
-
-    async def create_overlay(self, session_id: str, labels: dict[str, str]) -> str:
-        return await self.swarm.create_overlay(session_id, labels)
-
-    async def remove_overlay(self, session_id: str) -> None:
-        await self.swarm.remove_overlay(session_id)
-
-    async def overlays(self, label: str) -> list[dict[str, str]]:
-        return await self.swarm.overlays(label)
-
-    async def image_info(self, image: str) -> ImageInfo | None:
-        return await self.images.info(image)
-
-    async def registry_has(self, image: str) -> bool:
-        return await self.images.registry_has(image)
-
-    async def pull_image(self, image: str, progress: Progress) -> None:
-        await self.images.pull(image, progress)
-
-    async def export_image(self, image: str) -> Iterator[bytes]:
-        return await self.images.export(image)
-
-    async def import_image(self, image: str, chunks: Iterator[bytes]) -> None:
-        await self.images.load(image, chunks)
-
-    async def read_host_file(self, path: str, image: str | None = None) -> bytes | None:
-        return await self.images.read_host_file(path, image)
 
     # -- events and closing --------------------------------------------------------------
 

@@ -1,0 +1,63 @@
+"""Sessions, kernels and agents, and the one lifecycle table they follow.
+
+The states and their table (``status``), what a user asks for (``spec``) and the
+records the store keeps (``records``) each have a module; every name is here too.
+"""
+
+from __future__ import annotations
+
+from .records import (
+    Agent,
+    ExecResult,
+    HistoryEntry,
+    Kernel,
+    KernelRole,
+    Session,
+    SessionResult,
+    new_id,
+)
+from .spec import (
+    MAIN_ROLE,
+    SUB_ROLE,
+    ClusterMode,
+    RoleSpec,
+    SessionSpec,
+    SessionType,
+    cluster_hostnames,
+)
+from .status import (
+    OCCUPYING,
+    STARTING,
+    TERMINAL,
+    TRANSITIONS,
+    IllegalTransition,
+    Status,
+    check_transition,
+    derive_session_status,
+)
+
+__all__ = [
+    "MAIN_ROLE",
+    "OCCUPYING",
+    "STARTING",
+    "SUB_ROLE",
+    "TERMINAL",
+    "TRANSITIONS",
+    "Agent",
+    "ClusterMode",
+    "ExecResult",
+    "HistoryEntry",
+    "IllegalTransition",
+    "Kernel",
+    "KernelRole",
+    "RoleSpec",
+    "Session",
+    "SessionResult",
+    "SessionSpec",
+    "SessionType",
+    "Status",
+    "check_transition",
+    "cluster_hostnames",
+    "derive_session_status",
+    "new_id",
+]

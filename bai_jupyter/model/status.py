@@ -1,0 +1,91 @@
+"""The lifecycle of sessions and kernels: their states and the one table of moves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+
+
+class Status(str, Enum):
+    """Lifecycle state of a session or of one of its kernels (docs/architecture.md)."""
+
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    PULLING = "PULLING"
+    PREPARED = "PREPARED"
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """No transition leaves this state except clean-up of an ERROR."""
+        return self in TERMINAL
+
+    @property
+    def occupies(self) -> bool:
+        """Whether a kernel in this state holds its reserved slots on an agent."""
+        return self in OCCUPYING
+
+
+#: Placed, kernels not yet running.
+STARTING = (Status.SCHEDULED, Status.PREPARING, Status.PULLING, Status.PREPARED, Status.CREATING)
+_ENDING = {Status.TERMINATING, Status.ERROR, Status.CANCELLED}
+
+#: The lifecycle: state → the states it may move to. Anything else is a bug and raises.
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.SCHEDULED, Status.CANCELLED, Status.ERROR}),
+    Status.SCHEDULED: frozenset({Status.PREPARING, *_ENDING}),
+    Status.PREPARING: frozenset({Status.PULLING, Status.PREPARED, *_ENDING}),
+    Status.PULLING: frozenset({Status.PREPARED, *_ENDING}),
+    Status.PREPARED: frozenset({Status.CREATING, *_ENDING}),
+    Status.CREATING: frozenset({Status.RUNNING, *_ENDING}),
+    Status.RUNNING: frozenset({Status.RESTARTING, Status.TERMINATING, Status.ERROR}),
+    Status.RESTARTING: frozenset({Status.RUNNING, Status.TERMINATING, Status.ERROR}),
+    Status.TERMINATING: frozenset({Status.TERMINATED, Status.ERROR}),
+    Status.TERMINATED: frozenset(),
+    Status.CANCELLED: frozenset(),
+    # An errored session is still cleaned up (containers removed) and ends TERMINATED.
+    Status.ERROR: frozenset({Status.TERMINATING, Status.TERMINATED}),
+}
+
+TERMINAL = frozenset({Status.TERMINATED, Status.CANCELLED, Status.ERROR})
+OCCUPYING = frozenset({*STARTING, Status.RUNNING, Status.RESTARTING, Status.TERMINATING})
+#: Order of progress, used to derive a session's status from its kernels'.
+_PROGRESS = [Status.PENDING, *STARTING, Status.RUNNING]
+
+
+class IllegalTransition(RuntimeError):
+    """A state change the lifecycle table does not allow."""
+
+    def __init__(self, what: str, old: Status, new: Status) -> None:
+        super().__init__(f"{what}: illegal transition {old.value} → {new.value}")
+        self.old, self.new = old, new
+
+
+def check_transition(what: str, old: Status, new: Status) -> None:
+    """Raise :class:`IllegalTransition` unless ``old → new`` is in the table."""
+    if new not in TRANSITIONS[old]:
+        raise IllegalTransition(what, old, new)
+
+
+def derive_session_status(kernel_statuses: Iterable[Status]) -> Status:
+    """A session's status from its kernels': the worst or least advanced wins."""
+    statuses = set(kernel_statuses)
+    if not statuses:
+        return Status.PENDING
+    if len(statuses) == 1:
+        return next(iter(statuses))
+    for dominant in (Status.ERROR, Status.TERMINATING, Status.RESTARTING):
+        if dominant in statuses:
+            return dominant
+    if statuses <= {Status.TERMINATED, Status.CANCELLED}:
+        return Status.TERMINATED
+    if statuses & {Status.TERMINATED, Status.CANCELLED}:
+        return Status.TERMINATING  # some kernels are gone, the rest still must go
+    return min(statuses, key=_PROGRESS.index)

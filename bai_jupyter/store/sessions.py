@@ -1,0 +1,238 @@
+"""Sessions' records in one transaction: sessions, their kernels, history and logs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..model import HistoryEntry, Kernel, Session, SessionResult, Status
+from ..request import parse_spec
+from ..resources import ResourceSlot
+from ..wire import kernel_from_json
+from .errors import NameConflict
+from .rows import KERNEL_COLUMNS, LIVE, OCCUPYING_VALUES, chunks, kernel_values, session_values
+from .tables import agents_table, history_table, kernels_table, sessions_table
+
+
+class SessionRecords:
+    """Sessions, their kernels and history; saving one adjusts its agents' reserved slots."""
+
+    conn: Connection
+
+    def _load_sessions(self, rows: Sequence[sa.Row[Any]], history: bool) -> list[Session]:
+        if not rows:
+            return []
+        ids = [row.id for row in rows]
+        kernels: dict[str, list[Kernel]] = defaultdict(list)
+        hist: dict[str, list[HistoryEntry]] = defaultdict(list)
+        for chunk in chunks(ids):
+            for krow in self.conn.execute(
+                sa.select(*KERNEL_COLUMNS)
+                .where(kernels_table.c.session_id.in_(chunk))
+                .order_by(
+                    kernels_table.c.session_id, kernels_table.c.role, kernels_table.c.cluster_idx
+                )
+            ):
+                kernels[krow.session_id].append(kernel_from_json(krow.session_id, krow._asdict()))
+            if history:
+                for hrow in self.conn.execute(
+                    sa.select(history_table)
+                    .where(history_table.c.session_id.in_(chunk))
+                    .order_by(history_table.c.id)
+                ):
+                    hist[hrow.session_id].append(
+                        HistoryEntry(Status(hrow.status), hrow.at, hrow.info)
+                    )
+        return [
+            Session(
+                id=row.id,
+                owner=row.owner,
+                spec=parse_spec(row.spec, bounded=False),
+                created_at=row.created_at,
+                status=Status(row.status),
+                status_info=row.status_info,
+                status_data=row.status_data,
+                status_history=hist[row.id],
+                result=SessionResult(row.result),
+                exit_code=row.exit_code,
+                kernels=kernels[row.id],
+                meta=row.meta or {},
+            )
+            for row in rows
+        ]
+
+    def get_session(self, key: str, owner: str | None = None) -> Session | None:
+        """A session by id, or by name among ``owner``'s live sessions (then newest)."""
+        query = sa.select(sessions_table).where(sessions_table.c.id == key)
+        if owner is not None:
+            query = query.where(sessions_table.c.owner == owner)
+        rows = self.conn.execute(query).all()
+        if not rows and owner is not None:
+            rows = self.conn.execute(
+                sa.select(sessions_table)
+                .where(sessions_table.c.owner == owner, sessions_table.c.name == key)
+                .order_by(
+                    sessions_table.c.status.in_(LIVE).desc(), sessions_table.c.created_at.desc()
+                )
+                .limit(1)
+            ).all()
+        found = self._load_sessions(rows, history=True)
+        return found[0] if found else None
+
+    def list_sessions(
+        self,
+        owner: str | None = None,
+        statuses: Iterable[Status] | None = None,
+        resource_group: str | None = None,
+        history: bool = True,
+    ) -> list[Session]:
+        """Sessions, oldest first, filtered by owner, statuses and resource group."""
+        query = sa.select(sessions_table).order_by(sessions_table.c.created_at, sessions_table.c.id)
+        if owner is not None:
+            query = query.where(sessions_table.c.owner == owner)
+        if statuses is not None:
+            query = query.where(sessions_table.c.status.in_([s.value for s in statuses]))
+        if resource_group is not None:
+            query = query.where(sessions_table.c.resource_group == resource_group)
+        return self._load_sessions(self.conn.execute(query).all(), history)
+
+    def add_session(self, session: Session) -> None:
+        """Insert a new session with its kernels and first history entry."""
+        if session.spec.name is not None:
+            clash = self.conn.execute(
+                sa.select(sessions_table.c.id).where(
+                    sessions_table.c.owner == session.owner,
+                    sessions_table.c.name == session.spec.name,
+                    sessions_table.c.status.in_(LIVE),
+                )
+            ).first()
+            if clash is not None:
+                raise NameConflict(
+                    f"{session.owner} already has a live session named {session.spec.name!r} "
+                    f"({clash.id}); pick another name or end that session first"
+                )
+        self.conn.execute(sa.insert(sessions_table), [session_values(session)])
+        self.conn.execute(sa.insert(kernels_table), [kernel_values(k) for k in session.kernels])
+        self._add_history(session.id, session.status_history)
+
+    def _add_history(self, session_id: str, entries: Iterable[HistoryEntry]) -> None:
+        rows = [
+            {"session_id": session_id, "status": e.status.value, "at": e.at, "info": e.info}
+            for e in entries
+        ]
+        if rows:
+            self.conn.execute(sa.insert(history_table), rows)
+
+    def save_session(self, session: Session, before: Session) -> None:
+        """Write ``session``'s changes against its loaded state ``before``.
+
+        Kernels that start or stop occupying slots adjust their agents'
+        ``occupied`` in the same transaction.
+        """
+        self.conn.execute(
+            sa.update(sessions_table)
+            .where(sessions_table.c.id == session.id)
+            .values(session_values(session))
+        )
+        old = {k.id: k for k in before.kernels}
+        deltas: dict[str, list[tuple[ResourceSlot, int]]] = defaultdict(list)
+        for kernel in session.kernels:
+            prev = old[kernel.id]
+            if kernel_values(kernel) != kernel_values(prev):
+                self.conn.execute(
+                    sa.update(kernels_table)
+                    .where(kernels_table.c.id == kernel.id)
+                    .values(kernel_values(kernel))
+                )
+            was = prev.agent_id if prev.status.occupies else None
+            now = kernel.agent_id if kernel.status.occupies else None
+            if was != now:
+                if was is not None:
+                    deltas[was].append((prev.slots, -1))
+                if now is not None:
+                    deltas[now].append((kernel.slots, +1))
+        self._adjust_occupied(deltas)
+        self._add_history(session.id, session.status_history[len(before.status_history) :])
+
+    def _adjust_occupied(self, deltas: dict[str, list[tuple[ResourceSlot, int]]]) -> None:
+        for agent_id, changes in deltas.items():
+            row = self.conn.execute(
+                sa.select(agents_table.c.occupied).where(agents_table.c.id == agent_id)
+            ).first()
+            if row is None:
+                continue  # the agent was removed; nothing is reserved there any more
+            occupied = ResourceSlot(row.occupied)
+            for slots, sign in changes:
+                occupied = occupied + slots if sign > 0 else occupied - slots
+            self.conn.execute(
+                sa.update(agents_table)
+                .where(agents_table.c.id == agent_id)
+                .values(occupied=occupied.to_json())
+            )
+
+    def save_logs(self, kernel_id: str, logs: str) -> None:
+        """Keep a kernel's output after its container is gone."""
+        self.conn.execute(
+            sa.update(kernels_table).where(kernels_table.c.id == kernel_id).values(logs=logs)
+        )
+
+    def get_logs(self, kernel_id: str) -> str | None:
+        row = self.conn.execute(
+            sa.select(kernels_table.c.logs).where(kernels_table.c.id == kernel_id)
+        ).first()
+        return None if row is None else row.logs
+
+    def dependency_states(self, ids: Iterable[str]) -> dict[str, tuple[Status, SessionResult]]:
+        states: dict[str, tuple[Status, SessionResult]] = {}
+        for chunk in chunks(list(set(ids))):
+            for row in self.conn.execute(
+                sa.select(
+                    sessions_table.c.id, sessions_table.c.status, sessions_table.c.result
+                ).where(sessions_table.c.id.in_(chunk))
+            ):
+                states[row.id] = (Status(row.status), SessionResult(row.result))
+        return states
+
+    def occupancy_by_owner(
+        self, resource_group: str | None = None
+    ) -> tuple[dict[str, int], dict[str, ResourceSlot]]:
+        """Per owner: sessions holding slots, and the slots held (optionally in one group)."""
+        query = (
+            sa.select(sessions_table.c.id, sessions_table.c.owner, kernels_table.c.slots)
+            .join(kernels_table, kernels_table.c.session_id == sessions_table.c.id)
+            .where(kernels_table.c.status.in_(OCCUPYING_VALUES))
+        )
+        if resource_group is not None:
+            query = query.where(sessions_table.c.resource_group == resource_group)
+        sessions: dict[str, set[str]] = defaultdict(set)
+        held: dict[str, ResourceSlot] = {}
+        for row in self.conn.execute(query):
+            sessions[row.owner].add(row.id)
+            held[row.owner] = held.get(row.owner, ResourceSlot()) + ResourceSlot(row.slots)
+        return {owner: len(ids) for owner, ids in sessions.items()}, held
+
+    def delete_sessions(self, ids: Iterable[str]) -> int:
+        """Remove sessions' records (kernels, logs and history with them); how many went."""
+        gone = 0
+        for chunk in chunks(list(ids)):
+            for table in (history_table, kernels_table):
+                self.conn.execute(sa.delete(table).where(table.c.session_id.in_(chunk)))
+            result = self.conn.execute(
+                sa.delete(sessions_table).where(sessions_table.c.id.in_(chunk))
+            )
+            gone += result.rowcount or 0
+        return gone
+
+    def set_status_data(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Replace many sessions' ``status_data`` at once (the scheduler's records)."""
+        if updates:
+            self.conn.execute(
+                sa.update(sessions_table)
+                .where(sessions_table.c.id == sa.bindparam("sid"))
+                .values(status_data=sa.bindparam("data")),
+                [{"sid": sid, "data": data} for sid, data in updates.items()],
+            )
