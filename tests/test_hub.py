@@ -23,7 +23,8 @@ from conftest import postgres_database
 from endpoint_harness import endpoint_request
 from hub_harness import SERVICE, Hub, start_hub
 
-from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound
+from bai_jupyter.client import RemoteManager
+from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
 from bai_jupyter.model import Session, Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -100,6 +101,42 @@ async def test_each_user_starts_a_cluster_kernel_on_the_shared_agents(hub: Hub) 
         for user, kernel_id in kernels.items():
             await hub.fetch("DELETE", f"user/{user}/api/kernels/{kernel_id}", user)
         await _end_all(hub)
+
+
+class Events:
+    """A client's event stream, read in the background into ``seen``."""
+
+    def __init__(self, client: RemoteManager) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.task = asyncio.ensure_future(self._read(client))
+
+    async def _read(self, client: RemoteManager) -> None:
+        async for event in client.events():
+            self.seen.append(event)
+
+    async def carry(self, api: RemoteManager, name: str) -> None:
+        """Make and cancel sessions as ``api``'s caller until the stream carries one's end:
+        then it is connected, and has delivered everything published before (one process,
+        in order)."""
+        for attempt in range(30):
+            made = await api.create({**HALF, "name": f"{name}-{attempt}", "starts_at": 4e9})
+            await api.destroy(made.id)
+            for _ in range(10):
+                if any(
+                    e["session_id"] == made.id and e["status"] == "CANCELLED" for e in self.seen
+                ):
+                    return
+                if self.task.done():
+                    await self.task  # its error, if any
+                    raise AssertionError(f"the event stream ended after {self.seen}")
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"the event stream carried none of {name}-*: {self.seen}")
+
+    async def close(self) -> None:
+        """Stop reading (how the stream ended is for ``carry`` or the test to check)."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, BaiError):
+            await self.task
 
 
 async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
@@ -315,15 +352,31 @@ def _service_pid(hub: Hub) -> int:
     raise AssertionError("the manager service process is not running")
 
 
+async def _kernel_state(hub: Hub, user: str, session_id: str) -> list[Any]:
+    """What a restart must keep of a session: status, history, each kernel's container."""
+    session = await hub.service(user).get(session_id)
+    kernels = [(k.id, k.hostname, k.status, k.agent_id, k.container_id) for k in session.kernels]
+    return [session.status, session.status_history, kernels]
+
+
 async def test_the_service_restarts_and_loses_nothing(hub: Hub) -> None:
+    """SIGKILL of the service; the Hub starts it again. Every session is as it was; alice's
+    notebook kernel runs a cell over her server's kernel channels; bob's session is the
+    same containers; alice's server's event stream delivers again."""
     reply = await hub.fetch("POST", "user/alice/api/kernels", "alice", {"name": "bai-py"})
     assert reply.code == 201, reply.body
     kernel_id = json.loads(reply.body)["id"]
+    bobs = await hub.service("bob").create(HALF)
+    early = Events(hub.server("alice"))  # open across the restart
     try:
         (session,) = [
             s for s in await hub.service("alice").list_sessions() if not s.status.is_terminal
         ]
         await _running(hub, "alice", session.id)
+        await _running(hub, "bob", bobs.id)
+        await hub.service("bob").exec(bobs.id, ["sh", "-c", "echo before > /tmp/mark"])
+        bobs_state = await _kernel_state(hub, "bob", bobs.id)
+        await early.carry(hub.server("alice"), "before")
         before = {s.id: s.status for s in await hub.service("carol").list_sessions(everyone=True)}
         pid = _service_pid(hub)
         os.kill(pid, signal.SIGKILL)
@@ -337,16 +390,23 @@ async def test_the_service_restarts_and_loses_nothing(hub: Hub) -> None:
             assert time.monotonic() < deadline, hub.tail()
             await asyncio.sleep(1)
         assert {s.id: s.status for s in after} == before  # no session lost or changed
-        # Alice's server reconnects, and her kernel (reached directly) keeps working.
-        run = await hub.fetch(
-            "POST",
-            f"user/alice/bai/api/v1/sessions/{session.id}/execute",
-            "alice",
-            {"code": "print(6 * 7)"},
-        )
-        assert run.code == 200, run.body
-        assert "42" in json.dumps(json.loads(run.body)["console"])
-        assert (await hub.server("bob").list_sessions()) is not None
+        # A stream open across the restart ends, cut or closed (the sidebar then reconnects).
+        with contextlib.suppress(Unavailable):
+            await asyncio.wait_for(early.task, 30)
+        # Alice's notebook kernel, over her server's kernel channels (no manager in the path).
+        output = await hub.run_cell("alice", kernel_id, "print(6 * 7)")
+        assert output == "42\n", output
+        # Bob's session is the same containers, in the same state, and still works.
+        assert await _kernel_state(hub, "bob", bobs.id) == bobs_state
+        run = await hub.server("bob").exec(bobs.id, ["cat", "/tmp/mark"])
+        assert (run.exit_code, run.output.strip()) == (0, "before"), run
+        # A new stream through alice's server delivers her changes again.
+        later = Events(hub.server("alice"))
+        try:
+            await later.carry(hub.server("alice"), "after")
+        finally:
+            await later.close()
     finally:
+        await early.close()
         await hub.fetch("DELETE", f"user/alice/api/kernels/{kernel_id}", "alice")
         await _end_all(hub)
