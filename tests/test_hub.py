@@ -103,6 +103,55 @@ async def test_each_user_starts_a_cluster_kernel_on_the_shared_agents(hub: Hub) 
         await _end_all(hub)
 
 
+#: Run in bob's main1 with argv[1] = {"own", "alice", "alice_name", "targets"}: the API at
+#: its kernel-access URL with its kernel token, a TCP probe of the listener (allowed) and
+#: of alice's main1's ports, then its event stream until it has carried two of bob's marks.
+BOBS_KERNEL = """
+import json, os, socket, sys, urllib.error, urllib.parse, urllib.request
+given = json.loads(sys.argv[1])
+url = os.environ["BAI_JUPYTER_URL"].rstrip("/") + "/"
+token = os.environ["BAI_JUPYTER_TOKEN"]
+def call(method, path):
+    request = urllib.request.Request(
+        url + path, method=method, headers={"Authorization": "token " + token},
+        data=b'{"code": "1"}' if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+def probe(host, port):
+    try:
+        socket.create_connection((host, port), 3).close()
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+api, alice = "bai/api/v1/sessions/", given["alice"]
+codes = {m + " " + p: call(m, p)[0] for m, p in [
+    ("GET", api + given["own"]), ("GET", api + alice), ("GET", api + given["alice_name"]),
+    ("GET", api + alice + "/logs"), ("POST", api + alice + "/execute"),
+    ("DELETE", api + alice), ("GET", "bai/sessions/" + alice + "/proxy/web/")]}
+everyone = json.loads(call("GET", "bai/api/v1/sessions?all=true")[1])["sessions"]
+listed = [s["owner"] for s in everyone]
+listener = urllib.parse.urlsplit(url)
+probes = {"listener": probe(listener.hostname, listener.port)}
+probes.update({f"{h}:{p}": probe(h, p) for h, p in given["targets"]})
+seen, marks = [], set()
+request = urllib.request.Request(
+    url + "bai/api/v1/events", headers={"Authorization": "token " + token})
+with urllib.request.urlopen(request, timeout=90) as stream:
+    for line in stream:
+        if line.startswith(b"data:"):
+            event = json.loads(line[5:])
+            seen.append([event["owner"], event["name"], event["status"]])
+            if str(event["name"]).startswith("bob-mark") and event["status"] == "CANCELLED":
+                marks.add(event["name"])
+                if len(marks) == 2:
+                    break
+print(json.dumps({"codes": codes, "listed": listed, "probes": probes, "seen": seen}))
+"""
+
+
 class Events:
     """A client's event stream, read in the background into ``seen``."""
 
@@ -141,7 +190,7 @@ class Events:
 
 async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
     alice, bob = hub.service("alice"), hub.service("bob")
-    web = await alice.create({**HALF, "service_ports": ["web:http:8080"]})
+    web = await alice.create({**HALF, "name": "alices-web", "service_ports": ["web:http:8080"]})
     mine = await bob.create(HALF)
     try:
         web = await _running(hub, "alice", web.id)
@@ -174,26 +223,59 @@ async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
         for path in (f"user/bob/{proxy}", f"services/bai-jupyter/{proxy}"):
             reply = await hub.fetch("GET", path, "bob")
             assert reply.code == 404, reply.body
-        # Bob's events say nothing of alice's sessions.
-        seen: list[dict[str, Any]] = []
 
-        async def listen() -> None:
-            async for event in hub.server("bob").events():
-                seen.append(event)
-
-        listener = asyncio.ensure_future(listen())
-        await asyncio.sleep(1)
-        other = await alice.create({**HALF, "type": "batch", "startup_command": "true"})
-        await alice.destroy(other.id)
-        await asyncio.sleep(2)
-        listener.cancel()
-        assert all(event["owner"] == "bob" for event in seen), seen
-        # Bob's kernel cannot reach alice's main1 over the network (her kernel's ports).
+        # Alice's main1's ports (her Jupyter kernel's, her web service's) answer where the
+        # service reaches them; bob's kernel tries the same with its own token and network.
         main1 = next(k for k in web.kernels if k.hostname == "main1")
-        host, port = main1.info["host"], main1.info["connection"]["shell_port"]
-        probe = f"import socket; socket.create_connection(({host!r}, {port}), 3)"
-        result = await bob.exec(mine.id, ["python3", "-c", probe])
-        assert result.exit_code != 0, result.output
+        host = main1.info["host"]
+        targets = [[host, main1.info["connection"]["shell_port"]], [host, 8080]]
+        for target_host, port in targets:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(target_host, port), 3)
+            writer.close()
+        given = {"own": mine.id, "alice": web.id, "alice_name": "alices-web", "targets": targets}
+        kernel = asyncio.ensure_future(
+            bob.exec(mine.id, ["python3", "-c", BOBS_KERNEL, json.dumps(given)], timeout=120)
+        )
+        # Bob's event stream through his server: connected (it carries his change), alice's
+        # change, then his again: hers was published while his stream was connected.
+        stream = Events(hub.server("bob"))
+        try:
+            await stream.carry(bob, "bob-hello")
+            other = await alice.create({**HALF, "starts_at": 4e9})
+            await alice.destroy(other.id)
+            await stream.carry(bob, "bob-bye")
+        finally:
+            await stream.close()
+        assert {e["owner"] for e in stream.seen} == {"bob"}, stream.seen
+        marks = 0
+        while not kernel.done():  # alice's change, then bob's, until his kernel saw two
+            assert marks < 60, "bob's kernel saw none of his changes"
+            for api, who in ((alice, "alice"), (bob, "bob")):
+                made = await api.create({**HALF, "name": f"{who}-mark-{marks}", "starts_at": 4e9})
+                await api.destroy(made.id)
+            marks += 1
+            await asyncio.wait([kernel], timeout=1)
+        ran = await kernel
+        assert ran.exit_code == 0, ran.output
+        result = json.loads(ran.output.strip().splitlines()[-1])
+        on = "bai/api/v1/sessions/"
+        assert result["codes"] == {
+            f"GET {on}{mine.id}": 200,  # the token works, for bob's own session
+            f"GET {on}{web.id}": 403,
+            f"GET {on}alices-web": 403,
+            f"GET {on}{web.id}/logs": 403,
+            f"POST {on}{web.id}/execute": 403,
+            f"DELETE {on}{web.id}": 403,
+            f"GET bai/sessions/{web.id}/proxy/web/": 404,  # the listener serves no proxy
+        }, result["codes"]
+        assert set(result["listed"]) == {"bob"}, result["listed"]
+        assert {owner for owner, _, _ in result["seen"]} == {"bob"}, result["seen"]
+        # The probe reaches what a kernel may (the listener); alice's ports time out.
+        assert result["probes"] == {
+            "listener": "connected",
+            **{f"{h}:{p}": "TimeoutError" for h, p in targets},
+        }, result["probes"]
+        assert (await alice.get(web.id)).status is Status.RUNNING  # bob's DELETEs: nothing
     finally:
         await _end_all(hub)
 
