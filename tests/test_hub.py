@@ -286,6 +286,21 @@ async def test_host_paths_are_refused(hub: Hub) -> None:
             await hub.service("alice").create({**HALF, "mounts": [mount]})
 
 
+async def test_the_service_describes_the_same_api_as_a_users_server(hub: Hub) -> None:
+    """``bai-jupyter manager`` serves the server extension's OpenAPI document: the same
+    handlers, so the same paths and schemas; only the server's URL is its own."""
+    described = {}
+    for prefix in (f"services/{SERVICE}/", "user/alice/"):
+        reply = await hub.fetch("GET", prefix + "bai/api/v1/openapi.json", "alice")
+        assert reply.code == 200, (prefix, reply.code, reply.body)
+        document = json.loads(reply.body)
+        assert document.pop("servers") == [{"url": f"/{prefix}bai/api/v1"}]
+        described[prefix] = document
+    service, server = described.values()
+    assert "/sessions/{key}/execute" in service["paths"]
+    assert service == server
+
+
 async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
     """Room for two at a time, alice asked first for three: starts alternate alice, bob."""
     # A session holding all the room, so that all six wait for the same pass.
