@@ -23,7 +23,8 @@ from conftest import postgres_database
 from endpoint_harness import endpoint_request
 from hub_harness import SERVICE, Hub, start_hub
 
-from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound
+from bai_jupyter.client import RemoteManager
+from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
 from bai_jupyter.model import Session, Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -102,9 +103,94 @@ async def test_each_user_starts_a_cluster_kernel_on_the_shared_agents(hub: Hub) 
         await _end_all(hub)
 
 
+#: Run in bob's main1 with argv[1] = {"own", "alice", "alice_name", "targets"}: the API at
+#: its kernel-access URL with its kernel token, a TCP probe of the listener (allowed) and
+#: of alice's main1's ports, then its event stream until it has carried two of bob's marks.
+BOBS_KERNEL = """
+import json, os, socket, sys, urllib.error, urllib.parse, urllib.request
+given = json.loads(sys.argv[1])
+url = os.environ["BAI_JUPYTER_URL"].rstrip("/") + "/"
+token = os.environ["BAI_JUPYTER_TOKEN"]
+def call(method, path):
+    request = urllib.request.Request(
+        url + path, method=method, headers={"Authorization": "token " + token},
+        data=b'{"code": "1"}' if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+def probe(host, port):
+    try:
+        socket.create_connection((host, port), 3).close()
+        return "connected"
+    except OSError as e:
+        return type(e).__name__
+api, alice = "bai/api/v1/sessions/", given["alice"]
+codes = {m + " " + p: call(m, p)[0] for m, p in [
+    ("GET", api + given["own"]), ("GET", api + alice), ("GET", api + given["alice_name"]),
+    ("GET", api + alice + "/logs"), ("POST", api + alice + "/execute"),
+    ("DELETE", api + alice), ("GET", "bai/sessions/" + alice + "/proxy/web/")]}
+everyone = json.loads(call("GET", "bai/api/v1/sessions?all=true")[1])["sessions"]
+listed = [s["owner"] for s in everyone]
+listener = urllib.parse.urlsplit(url)
+probes = {"listener": probe(listener.hostname, listener.port)}
+probes.update({f"{h}:{p}": probe(h, p) for h, p in given["targets"]})
+seen, marks = [], set()
+request = urllib.request.Request(
+    url + "bai/api/v1/events", headers={"Authorization": "token " + token})
+with urllib.request.urlopen(request, timeout=90) as stream:
+    for line in stream:
+        if line.startswith(b"data:"):
+            event = json.loads(line[5:])
+            seen.append([event["owner"], event["name"], event["status"]])
+            if str(event["name"]).startswith("bob-mark") and event["status"] == "CANCELLED":
+                marks.add(event["name"])
+                if len(marks) == 2:
+                    break
+print(json.dumps({"codes": codes, "listed": listed, "probes": probes, "seen": seen}))
+"""
+
+
+class Events:
+    """A client's event stream, read in the background into ``seen``."""
+
+    def __init__(self, client: RemoteManager) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.task = asyncio.ensure_future(self._read(client))
+
+    async def _read(self, client: RemoteManager) -> None:
+        async for event in client.events():
+            self.seen.append(event)
+
+    async def carry(self, api: RemoteManager, name: str) -> None:
+        """Make and cancel sessions as ``api``'s caller until the stream carries one's end:
+        then it is connected, and has delivered everything published before (one process,
+        in order)."""
+        for attempt in range(30):
+            made = await api.create({**HALF, "name": f"{name}-{attempt}", "starts_at": 4e9})
+            await api.destroy(made.id)
+            for _ in range(10):
+                if any(
+                    e["session_id"] == made.id and e["status"] == "CANCELLED" for e in self.seen
+                ):
+                    return
+                if self.task.done():
+                    await self.task  # its error, if any
+                    raise AssertionError(f"the event stream ended after {self.seen}")
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"the event stream carried none of {name}-*: {self.seen}")
+
+    async def close(self) -> None:
+        """Stop reading (how the stream ended is for ``carry`` or the test to check)."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, BaiError):
+            await self.task
+
+
 async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
     alice, bob = hub.service("alice"), hub.service("bob")
-    web = await alice.create({**HALF, "service_ports": ["web:http:8080"]})
+    web = await alice.create({**HALF, "name": "alices-web", "service_ports": ["web:http:8080"]})
     mine = await bob.create(HALF)
     try:
         web = await _running(hub, "alice", web.id)
@@ -137,26 +223,59 @@ async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
         for path in (f"user/bob/{proxy}", f"services/bai-jupyter/{proxy}"):
             reply = await hub.fetch("GET", path, "bob")
             assert reply.code == 404, reply.body
-        # Bob's events say nothing of alice's sessions.
-        seen: list[dict[str, Any]] = []
 
-        async def listen() -> None:
-            async for event in hub.server("bob").events():
-                seen.append(event)
-
-        listener = asyncio.ensure_future(listen())
-        await asyncio.sleep(1)
-        other = await alice.create({**HALF, "type": "batch", "startup_command": "true"})
-        await alice.destroy(other.id)
-        await asyncio.sleep(2)
-        listener.cancel()
-        assert all(event["owner"] == "bob" for event in seen), seen
-        # Bob's kernel cannot reach alice's main1 over the network (her kernel's ports).
+        # Alice's main1's ports (her Jupyter kernel's, her web service's) answer where the
+        # service reaches them; bob's kernel tries the same with its own token and network.
         main1 = next(k for k in web.kernels if k.hostname == "main1")
-        host, port = main1.info["host"], main1.info["connection"]["shell_port"]
-        probe = f"import socket; socket.create_connection(({host!r}, {port}), 3)"
-        result = await bob.exec(mine.id, ["python3", "-c", probe])
-        assert result.exit_code != 0, result.output
+        host = main1.info["host"]
+        targets = [[host, main1.info["connection"]["shell_port"]], [host, 8080]]
+        for target_host, port in targets:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(target_host, port), 3)
+            writer.close()
+        given = {"own": mine.id, "alice": web.id, "alice_name": "alices-web", "targets": targets}
+        kernel = asyncio.ensure_future(
+            bob.exec(mine.id, ["python3", "-c", BOBS_KERNEL, json.dumps(given)], timeout=120)
+        )
+        # Bob's event stream through his server: connected (it carries his change), alice's
+        # change, then his again: hers was published while his stream was connected.
+        stream = Events(hub.server("bob"))
+        try:
+            await stream.carry(bob, "bob-hello")
+            other = await alice.create({**HALF, "starts_at": 4e9})
+            await alice.destroy(other.id)
+            await stream.carry(bob, "bob-bye")
+        finally:
+            await stream.close()
+        assert {e["owner"] for e in stream.seen} == {"bob"}, stream.seen
+        marks = 0
+        while not kernel.done():  # alice's change, then bob's, until his kernel saw two
+            assert marks < 60, "bob's kernel saw none of his changes"
+            for api, who in ((alice, "alice"), (bob, "bob")):
+                made = await api.create({**HALF, "name": f"{who}-mark-{marks}", "starts_at": 4e9})
+                await api.destroy(made.id)
+            marks += 1
+            await asyncio.wait([kernel], timeout=1)
+        ran = await kernel
+        assert ran.exit_code == 0, ran.output
+        result = json.loads(ran.output.strip().splitlines()[-1])
+        on = "bai/api/v1/sessions/"
+        assert result["codes"] == {
+            f"GET {on}{mine.id}": 200,  # the token works, for bob's own session
+            f"GET {on}{web.id}": 403,
+            f"GET {on}alices-web": 403,
+            f"GET {on}{web.id}/logs": 403,
+            f"POST {on}{web.id}/execute": 403,
+            f"DELETE {on}{web.id}": 403,
+            f"GET bai/sessions/{web.id}/proxy/web/": 404,  # the listener serves no proxy
+        }, result["codes"]
+        assert set(result["listed"]) == {"bob"}, result["listed"]
+        assert {owner for owner, _, _ in result["seen"]} == {"bob"}, result["seen"]
+        # The probe reaches what a kernel may (the listener); alice's ports time out.
+        assert result["probes"] == {
+            "listener": "connected",
+            **{f"{h}:{p}": "TimeoutError" for h, p in targets},
+        }, result["probes"]
+        assert (await alice.get(web.id)).status is Status.RUNNING  # bob's DELETEs: nothing
     finally:
         await _end_all(hub)
 
@@ -165,6 +284,21 @@ async def test_host_paths_are_refused(hub: Hub) -> None:
     for mount in ("/var/run/docker.sock:/home/work/sock", "/:/home/work/host"):
         with pytest.raises(InvalidRequest, match="mounts"):
             await hub.service("alice").create({**HALF, "mounts": [mount]})
+
+
+async def test_the_service_describes_the_same_api_as_a_users_server(hub: Hub) -> None:
+    """``bai-jupyter manager`` serves the server extension's OpenAPI document: the same
+    handlers, so the same paths and schemas; only the server's URL is its own."""
+    described = {}
+    for prefix in (f"services/{SERVICE}/", "user/alice/"):
+        reply = await hub.fetch("GET", prefix + "bai/api/v1/openapi.json", "alice")
+        assert reply.code == 200, (prefix, reply.code, reply.body)
+        document = json.loads(reply.body)
+        assert document.pop("servers") == [{"url": f"/{prefix}bai/api/v1"}]
+        described[prefix] = document
+    service, server = described.values()
+    assert "/sessions/{key}/execute" in service["paths"]
+    assert service == server
 
 
 async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
@@ -315,15 +449,31 @@ def _service_pid(hub: Hub) -> int:
     raise AssertionError("the manager service process is not running")
 
 
+async def _kernel_state(hub: Hub, user: str, session_id: str) -> list[Any]:
+    """What a restart must keep of a session: status, history, each kernel's container."""
+    session = await hub.service(user).get(session_id)
+    kernels = [(k.id, k.hostname, k.status, k.agent_id, k.container_id) for k in session.kernels]
+    return [session.status, session.status_history, kernels]
+
+
 async def test_the_service_restarts_and_loses_nothing(hub: Hub) -> None:
+    """SIGKILL of the service; the Hub starts it again. Every session is as it was; alice's
+    notebook kernel runs a cell over her server's kernel channels; bob's session is the
+    same containers; alice's server's event stream delivers again."""
     reply = await hub.fetch("POST", "user/alice/api/kernels", "alice", {"name": "bai-py"})
     assert reply.code == 201, reply.body
     kernel_id = json.loads(reply.body)["id"]
+    bobs = await hub.service("bob").create(HALF)
+    early = Events(hub.server("alice"))  # open across the restart
     try:
         (session,) = [
             s for s in await hub.service("alice").list_sessions() if not s.status.is_terminal
         ]
         await _running(hub, "alice", session.id)
+        await _running(hub, "bob", bobs.id)
+        await hub.service("bob").exec(bobs.id, ["sh", "-c", "echo before > /tmp/mark"])
+        bobs_state = await _kernel_state(hub, "bob", bobs.id)
+        await early.carry(hub.server("alice"), "before")
         before = {s.id: s.status for s in await hub.service("carol").list_sessions(everyone=True)}
         pid = _service_pid(hub)
         os.kill(pid, signal.SIGKILL)
@@ -337,16 +487,23 @@ async def test_the_service_restarts_and_loses_nothing(hub: Hub) -> None:
             assert time.monotonic() < deadline, hub.tail()
             await asyncio.sleep(1)
         assert {s.id: s.status for s in after} == before  # no session lost or changed
-        # Alice's server reconnects, and her kernel (reached directly) keeps working.
-        run = await hub.fetch(
-            "POST",
-            f"user/alice/bai/api/v1/sessions/{session.id}/execute",
-            "alice",
-            {"code": "print(6 * 7)"},
-        )
-        assert run.code == 200, run.body
-        assert "42" in json.dumps(json.loads(run.body)["console"])
-        assert (await hub.server("bob").list_sessions()) is not None
+        # A stream open across the restart ends, cut or closed (the sidebar then reconnects).
+        with contextlib.suppress(Unavailable):
+            await asyncio.wait_for(early.task, 30)
+        # Alice's notebook kernel, over her server's kernel channels (no manager in the path).
+        output = await hub.run_cell("alice", kernel_id, "print(6 * 7)")
+        assert output == "42\n", output
+        # Bob's session is the same containers, in the same state, and still works.
+        assert await _kernel_state(hub, "bob", bobs.id) == bobs_state
+        run = await hub.server("bob").exec(bobs.id, ["cat", "/tmp/mark"])
+        assert (run.exit_code, run.output.strip()) == (0, "before"), run
+        # A new stream through alice's server delivers her changes again.
+        later = Events(hub.server("alice"))
+        try:
+            await later.carry(hub.server("alice"), "after")
+        finally:
+            await later.close()
     finally:
+        await early.close()
         await hub.fetch("DELETE", f"user/alice/api/kernels/{kernel_id}", "alice")
         await _end_all(hub)

@@ -52,6 +52,15 @@ def api(server: Server, method: str, path: str, body: Any = None) -> Any:
         return json.loads(reply.read() or b"null")
 
 
+def lab_get(server: Server, path: str) -> Any:
+    """A GET of the Jupyter server (JupyterLab's own API) as the lab's user."""
+    request = urllib.request.Request(
+        f"{server.url}{path}", headers={"Authorization": f"token {TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.load(reply)
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("labext")
@@ -191,6 +200,8 @@ def test_the_dialog_checks_as_you_type_and_the_session_runs(lab: Server, page: A
 
 
 def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, page: Any) -> None:
+    """Two wait: their places and reasons; cancelling the first (confirmed) moves the
+    second up while it is watched; freeing the room starts it."""
     create_from_dialog(page, name="big", cpu="1.5", mem="256m")
     wait_status(page, "big", "RUNNING")
     create_from_dialog(page, name="waiter", cpu="1", mem="256m")
@@ -199,13 +210,28 @@ def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, 
     why.filter(has_text="Queued #1 of 1 — needs cpu=1 but the largest agent has").wait_for(
         timeout=WAIT
     )
+    api(lab, "POST", "sessions", {"name": "later", "resources": {"cpu": "1", "mem": "256m"}})
+    later = wait_status(page, "later", "PENDING").locator('[data-role="why-pending"]')
+    later.filter(has_text="Queued #2 of 2").wait_for(timeout=WAIT)
+    why.filter(has_text="Queued #1 of 2").wait_for(timeout=WAIT)
     queue = page.locator('ol[aria-label="Queue of resource group default"] li')
-    assert queue.first.inner_text().startswith("#1 waiter")
+    assert [line.split(" · ")[0] for line in queue.all_inner_texts()] == ["#1 waiter", "#2 later"]
     page.screenshot(path=str(SHOTS / "sidebar-queued.png"))
     page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "sidebar-queued-panel.png"))
+    # Cancel asks first; the one behind moves up, in the card and in the queue.
+    card(page, "waiter").locator(".bai-Button", has_text="Cancel").click()
+    confirm = page.locator(".jp-Dialog", has_text="Cancel session waiter?")
+    body = confirm.locator(".jp-Dialog-body").inner_text()
+    assert body == "waiter leaves the queue and never starts.", body
+    assert confirm.locator("button").all_inner_texts() == ["Keep waiting", "Cancel"]
+    confirm.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "cancel-confirm.png"))
+    confirm.locator("button.jp-mod-warn").click()
+    wait_status(page, "waiter", "CANCELLED")
+    later.filter(has_text="Queued #1 of 1").wait_for(timeout=WAIT)
+    assert [line.split(" · ")[0] for line in queue.all_inner_texts()] == ["#1 later"]
     terminate(page, "big")
     wait_status(page, "big", "TERMINATED")
-    wait_status(page, "waiter", "RUNNING")
+    wait_status(page, "later", "RUNNING")
     assert page.locator('ol[aria-label="Queue of resource group default"]').count() == 0
 
 
@@ -230,6 +256,7 @@ def test_a_service_port_link_opens_the_service(lab: Server, page: Any) -> None:
     service = opened.value
     service.get_by_text("Directory listing for /").wait_for(timeout=30_000)
     assert "/bai/sessions/" in service.url and "/proxy/web/" in service.url
+    service.screenshot(path=str(SHOTS / "service-page.png"))
     service.close()
 
 
@@ -288,11 +315,19 @@ def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> 
 def test_a_cluster_notebook_is_interrupted_from_its_card_by_keyboard(
     lab: Server, page: Any
 ) -> None:
-    """The status bar of a notebook on a cluster kernelspec; the card reached and driven
-    with the keyboard by its buttons' accessible names: Interrupt, then Copy id."""
+    """The status bar of a notebook on a cluster kernelspec, queued then running; the card
+    reached and driven with the keyboard by its buttons' accessible names: Interrupt,
+    then Copy id."""
+    hog = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
+    wait_status(page, "hog", "RUNNING")
     put_notebook(lab, "cluster.ipynb", "import time\ntime.sleep(300)", kernelspec="bai-c2")
     page.evaluate(OPEN_NOTEBOOK, "cluster.ipynb")
     try:
+        # Two kernels of 0.5 CPU on one agent with 0.5 free: it waits, and says why.
+        queued = page.locator(".bai-StatusItem", has_text="bai: queued #1 — needs cpu=1")
+        queued.wait_for(timeout=WAIT)
+        page.screenshot(path=str(SHOTS / "cluster-queued.png"))
+        api(lab, "DELETE", f"sessions/{hog['id']}")
         item = page.locator(".bai-StatusItem", has_text="bai: RUNNING · cluster ×2")
         item.wait_for(timeout=WAIT)
         # The notebook's kernel is connected and idle before its cell runs.
@@ -303,6 +338,7 @@ def test_a_cluster_notebook_is_interrupted_from_its_card_by_keyboard(
         page.keyboard.press("Enter")  # the status item reveals the notebook's session
         card_ = page.locator(".bai-Session.bai-mod-highlighted")
         card_.wait_for()
+        card_.screenshot(path=str(SHOTS / "cluster-notebook-card.png"))
         name = card_.locator(".bai-Session-name").inner_text()
         assert (
             card_.locator(".bai-Session-detail")
@@ -347,19 +383,55 @@ def test_open_a_notebook_on_a_new_session_and_the_dark_theme(lab: Server, page: 
     wait_status(page, "nb", "TERMINATED")
 
 
+def test_the_ended_sessions_settings_take_effect_from_the_settings_editor(
+    lab: Server, page: Any
+) -> None:
+    """``maxEnded`` and ``showEnded``, changed in JupyterLab's Settings Editor (saved by the
+    settings registry), change at once which ended sessions the sidebar keeps."""
+    from playwright.sync_api import expect
+
+    for name in ("gone-1", "gone-2"):
+        made = api(lab, "POST", "sessions", {"name": name, "starts_at": 4e9})
+        api(lab, "DELETE", f"sessions/{made['id']}")
+        wait_status(page, name, "CANCELLED")
+    ended = page.locator(
+        '.bai-SessionList .bai-Status:is([data-status="TERMINATED"], [data-status="CANCELLED"],'
+        ' [data-status="ERROR"])'
+    )
+    shown = ended.count()  # these two, and what the tests before ended (10 at most)
+    assert 2 <= shown <= 10, shown
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('settingeditor:open', {query: 'bai sessions'})"
+    )
+    prefix = "jp-SettingsEditor-bai-jupyter:plugin_"
+    most, show = page.locator(f'[id="{prefix}maxEnded"]'), page.locator(f'[id="{prefix}showEnded"]')
+    try:
+        most.fill("1")
+        expect(ended).to_have_count(1, timeout=30_000)
+        assert card(page, "gone-2").count() == 1  # the most recent one stays
+        saved = lab_get(lab, "lab/api/settings/bai-jupyter:plugin")["settings"]
+        assert saved.get("maxEnded") == 1, saved  # the registry saved it for the user
+        show.uncheck()
+        expect(ended).to_have_count(0, timeout=30_000)
+        empty = page.locator(".bai-Sidebar .bai-Empty").first
+        assert empty.inner_text() == (
+            "No live sessions; ended ones are hidden (Settings → bai sessions)."
+        )
+        page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "settings-no-ended.png"))
+    finally:
+        show.check()
+        most.fill("10")
+        expect(ended).to_have_count(shown)
+        page.evaluate("() => window.jupyterapp.commands.execute('application:close')")
+
+
 def close_notebook(lab: Server, page: Any) -> None:
     """Close the current notebook and shut its kernel down, as a user would."""
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:close-and-shutdown'); }")
     page.locator(".jp-Dialog button.jp-mod-accept").click()
     for _ in range(100):
-        with urllib.request.urlopen(
-            urllib.request.Request(
-                f"{lab.url}api/kernels", headers={"Authorization": f"token {TOKEN}"}
-            ),
-            timeout=30,
-        ) as reply:
-            if not json.load(reply):
-                return
+        if not lab_get(lab, "api/kernels"):
+            return
         page.wait_for_timeout(100)
     raise AssertionError("the notebook's kernel was not shut down")
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
-import sqlite3
+import gc
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from conftest import postgres_database
 
 from bai_jupyter.model import (
     Agent,
@@ -62,21 +64,62 @@ def store(store_url: str) -> Iterator[Store]:
     opened.close()
 
 
-def sql(path: Path, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Run one statement with the plain sqlite3 module (as a user would) and commit."""
-    conn = sqlite3.connect(path)
+def sql(url: str, statement: str) -> list[tuple[Any, ...]]:
+    """Run one statement on the store's database with an engine of our own (as an
+    operator would, behind the store's back) and commit; the rows it returns."""
+    engine = sa.create_engine(url)
     try:
-        rows = conn.execute(statement, params).fetchall()
-        conn.commit()
-        return rows
+        with engine.begin() as conn:
+            result = conn.exec_driver_sql(statement)
+            return [tuple(row) for row in result] if result.returns_rows else []
     finally:
-        conn.close()
+        engine.dispose()
 
 
-def table_rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+def tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def columns(url: str, table: str) -> list[tuple[str, str, bool]]:
+    """A table's columns as (name, type, nullable), for before/after comparisons."""
+    engine = sa.create_engine(url)
+    try:
+        found = sa.inspect(engine).get_columns(table)
+    finally:
+        engine.dispose()
+    return [(c["name"], str(c["type"]), bool(c["nullable"])) for c in found]
+
+
+def collect_connections() -> None:
+    """Collect the connections a refused Store leaves open
+    (test_a_refused_store_holds_no_connection) now, so that their ResourceWarning does
+    not fail whichever test runs next."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
+
+def refusal(url: str, error: type[StoreError], collect: bool = True) -> str:
+    """The message of the ``error`` (that class, not a subclass) opening ``url`` fails with."""
+    try:
+        Store(url).close()
+    except StoreError as exc:
+        assert type(exc) is error, exc
+        message = str(exc)
+    else:
+        pytest.fail(f"the store at {url} opened; expected {error.__name__}")
+    if collect:
+        collect_connections()
+    return message
+
+
+def table_rows(url: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, for before/after comparisons."""
-    tables = [r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")]
-    return {t: sorted(sql(path, f'SELECT * FROM "{t}"'), key=repr) for t in sorted(tables)}
+    return {t: sorted(sql(url, f'SELECT * FROM "{t}"'), key=repr) for t in sorted(tables(url))}
 
 
 def cpu(amount: str | int, mem: str | None = None) -> ResourceSlot:
@@ -148,19 +191,18 @@ def end(session: Session, now: float, exit_code: int | None = None) -> None:
 # --- schema and opening ---------------------------------------------------------------------
 
 
-def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(tmp_path: Path) -> None:
+def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url: str) -> None:
     """A store written before owners' groups and endpoints were kept opens, gains both
     tables (one migration step after the other), loses nothing."""
-    path = db_path(tmp_path)
-    store = Store(url_of(path))
+    store = Store(store_url)
     session = new_session()
     with store.write() as tx:
         tx.add_session(session)
     store.close()
-    sql(path, "DROP TABLE bai_owners")
-    sql(path, "DROP TABLE bai_endpoints")
-    sql(path, "UPDATE bai_meta SET value = '1' WHERE key = 'schema_version'")
-    again = Store(url_of(path))
+    sql(store_url, "DROP TABLE bai_owners")
+    sql(store_url, "DROP TABLE bai_endpoints")
+    sql(store_url, "UPDATE bai_meta SET value = '1' WHERE key = 'schema_version'")
+    again = Store(store_url)
     try:
         with again.write() as tx:
             assert tx.get_session(session.id) is not None
@@ -171,37 +213,34 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(tmp_path: 
     finally:
         again.close()
     version = [(str(SCHEMA_VERSION),)]
-    assert sql(path, "SELECT value FROM bai_meta WHERE key = 'schema_version'") == version
+    assert sql(store_url, "SELECT value FROM bai_meta WHERE key = 'schema_version'") == version
 
 
-def test_new_store_records_schema_version(tmp_path: Path) -> None:
-    path = db_path(tmp_path)
-    store = Store(url_of(path))
+def test_new_store_records_schema_version(store_url: str) -> None:
+    store = Store(store_url)
     store.close()
     assert SCHEMA_VERSION == 3
-    assert dict(sql(path, "SELECT key, value FROM bai_meta")) == {
+    assert dict(sql(store_url, "SELECT key, value FROM bai_meta")) == {
         "schema_version": "3",
         "store_id": store.id,
         "token_secret": store.token_secret,
     }
     assert len(store.id) == 32
     assert len(store.token_secret) == 64
-    again = Store(url_of(path))
+    again = Store(store_url)
     again.close()
     assert again.token_secret == store.token_secret  # kept across opens
-    names = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
-    assert names >= OUR_TABLES | {"bai_status_history"}
+    assert tables(store_url) >= OUR_TABLES | {"bai_status_history"}
 
 
-def test_reopening_keeps_everything(tmp_path: Path) -> None:
-    url = url_of(db_path(tmp_path))
-    first = Store(url)
+def test_reopening_keeps_everything(store_url: str) -> None:
+    first = Store(store_url)
     put_agents(first, Agent("a1", cpu(4, "8g")))
     session = new_session(name="keep")
     add(first, session)
     first.close()
 
-    second = Store(url)
+    second = Store(store_url)
     try:
         assert list(agents_by_id(second)) == ["a1"]
         assert get(second, session.id) == session
@@ -209,29 +248,28 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
     finally:
         second.close()
     version = "SELECT value FROM bai_meta WHERE key = 'schema_version'"
-    assert sql(db_path(tmp_path), version) == [(str(SCHEMA_VERSION),)]
+    assert sql(store_url, version) == [(str(SCHEMA_VERSION),)]
 
 
-def test_other_schema_version_is_refused_and_nothing_changes(tmp_path: Path) -> None:
-    path = db_path(tmp_path)
-    store = Store(url_of(path))
+def test_other_schema_version_is_refused_and_nothing_changes(store_url: str) -> None:
+    store = Store(store_url)
     put_agents(store, Agent("a1", cpu(4)))
     add(store, new_session(name="old"))
     store.close()
-    sql(path, "UPDATE bai_meta SET value = '99' WHERE key = 'schema_version'")
-    before_bytes, before_rows = path.read_bytes(), table_rows(path)
+    sql(store_url, "UPDATE bai_meta SET value = '99' WHERE key = 'schema_version'")
+    # On SQLite the whole file; on PostgreSQL, whose files are the server's, every row.
+    file = Path(sa.make_url(store_url).database or "") if store_url.startswith("sqlite") else None
+    before_bytes, before_rows = file.read_bytes() if file else b"", table_rows(store_url)
 
-    with pytest.raises(StoreVersionError) as info:
-        Store(url_of(path))
-    message = str(info.value)
+    message = refusal(store_url, StoreVersionError)
     assert "99" in message
     assert str(SCHEMA_VERSION) in message
     assert "nothing was changed" in message
-    assert path.read_bytes() == before_bytes
-    assert table_rows(path) == before_rows
+    assert table_rows(store_url) == before_rows
+    if file:
+        assert file.read_bytes() == before_bytes
     # Still refused the second time: the first attempt did not "repair" anything.
-    with pytest.raises(StoreVersionError):
-        Store(url_of(path))
+    refusal(store_url, StoreVersionError)
 
 
 def test_other_schema_version_in_rollback_journal_file_is_left_byte_identical(
@@ -241,45 +279,59 @@ def test_other_schema_version_in_rollback_journal_file_is_left_byte_identical(
 
     Opening switches ``journal_mode`` to WAL on connect, before the version
     check, so the header of a non-WAL file is rewritten although the error says
-    "nothing was changed".
+    "nothing was changed". (SQLite only: journal modes and files are its own.)
     """
     path = db_path(tmp_path)
     Store(url_of(path)).close()
-    sql(path, "UPDATE bai_meta SET value = '99'")
-    assert sql(path, "PRAGMA journal_mode=DELETE") == [("delete",)]
+    sql(url_of(path), "UPDATE bai_meta SET value = '99'")
+    assert sql(url_of(path), "PRAGMA journal_mode=DELETE") == [("delete",)]
     before = path.read_bytes()
 
     with pytest.raises(StoreVersionError, match="nothing was changed"):
         Store(url_of(path))
-    assert sql(path, "PRAGMA journal_mode") == [("delete",)]
+    assert sql(url_of(path), "PRAGMA journal_mode") == [("delete",)]
     assert path.read_bytes() == before
 
 
-def test_bai_tables_without_meta_are_an_error(tmp_path: Path) -> None:
-    path = db_path(tmp_path)
-    sql(path, "CREATE TABLE bai_sessions (id TEXT PRIMARY KEY)")
-    with pytest.raises(StoreError, match="no schema version") as info:
-        Store(url_of(path))
-    assert not isinstance(info.value, StoreVersionError)
-    tables = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables == {"bai_sessions"}
+def test_bai_tables_without_meta_are_an_error(store_url: str) -> None:
+    sql(store_url, "CREATE TABLE bai_sessions (id TEXT PRIMARY KEY)")
+    assert "no schema version" in refusal(store_url, StoreError)  # not a version error
+    assert tables(store_url) == {"bai_sessions"}
 
 
-def test_tables_of_another_app_are_left_alone(tmp_path: Path) -> None:
-    path = db_path(tmp_path)
-    sql(path, "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
-    sql(path, "INSERT INTO notes (text) VALUES ('theirs'), ('also theirs')")
-    schema = sql(path, "SELECT sql FROM sqlite_master WHERE name = 'notes'")
+@pytest.mark.xfail(
+    strict=True,
+    reason="Store.__init__ does not dispose of its engine when _open() refuses the "
+    "database (bai_jupyter/store/store.py): the pooled connection stays open until collected",
+)
+def test_a_refused_store_holds_no_connection(postgres_server: str) -> None:
+    """A server that refuses a store lets go of the database (PostgreSQL counts them)."""
+    others = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    with postgres_database(postgres_server) as url:
+        sql(url, "CREATE TABLE bai_sessions (id TEXT PRIMARY KEY)")
+        message = refusal(url, StoreError, collect=False)
+        try:
+            assert sql(url, others) == [(0,)], message
+        finally:
+            collect_connections()
 
-    store = Store(url_of(path))
+
+def test_tables_of_another_app_are_left_alone(store_url: str) -> None:
+    sql(store_url, "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+    sql(store_url, "INSERT INTO notes (id, text) VALUES (1, 'theirs'), (2, 'also theirs')")
+    schema = columns(store_url, "notes")
+
+    store = Store(store_url)
     put_agents(store, Agent("a1", cpu(2)))
     store.close()
-    Store(url_of(path)).close()  # and it opens again
+    Store(store_url).close()  # and it opens again
 
-    tables = {r[0] for r in sql(path, "SELECT name FROM sqlite_master WHERE type='table'")}
-    assert tables >= OUR_TABLES | {"notes"}
-    assert sql(path, "SELECT * FROM notes ORDER BY id") == [(1, "theirs"), (2, "also theirs")]
-    assert sql(path, "SELECT sql FROM sqlite_master WHERE name = 'notes'") == schema
+    assert tables(store_url) >= OUR_TABLES | {"notes"}
+    assert sql(store_url, "SELECT * FROM notes ORDER BY id") == [(1, "theirs"), (2, "also theirs")]
+    assert columns(store_url, "notes") == schema
 
 
 def test_default_url_is_in_the_jupyter_data_dir(
@@ -297,7 +349,7 @@ def test_default_url_is_in_the_jupyter_data_dir(
     finally:
         store.close()
     assert expected.is_file()
-    assert sql(expected, "SELECT id FROM bai_agents") == [("a1",)]
+    assert sql(url_of(expected), "SELECT id FROM bai_agents") == [("a1",)]
 
 
 # --- sessions -------------------------------------------------------------------------------
@@ -549,12 +601,11 @@ def test_templates_shared_and_per_owner(store: Store) -> None:
         assert tx.list_templates() == [only_bob]
 
 
-def test_a_token_secret_added_meanwhile_is_the_one_kept(tmp_path: Path) -> None:
+def test_a_token_secret_added_meanwhile_is_the_one_kept(store_url: str) -> None:
     """Two servers opening an older store at once: the second insert loses and reads back."""
-    path = db_path(tmp_path)
-    store = Store(url_of(path))
+    store = Store(store_url)
     store.close()
-    engine = sa.create_engine(url_of(path))
+    engine = sa.create_engine(store_url)
     try:
         with engine.begin() as conn:  # the row exists already, as if another process won
             assert Store._add_token_secret(conn) == store.token_secret
@@ -565,31 +616,26 @@ def test_a_token_secret_added_meanwhile_is_the_one_kept(tmp_path: Path) -> None:
 # --- endpoints ------------------------------------------------------------------------------
 
 
-def test_endpoint_names_are_unique_and_records_round_trip(tmp_path: Path) -> None:
+def test_endpoint_names_are_unique_and_records_round_trip(store: Store) -> None:
     from bai_jupyter.endpoints import Endpoint, parse_endpoint
-    from bai_jupyter.store import NameConflict
 
     name, spec = parse_endpoint(
         {"name": "m", "replica": {"service_ports": ["model:http:8000"], "startup_command": "x"}}
     )
     endpoint = Endpoint("e1", name, "alice", spec, T0, desired=0)
     endpoint.decide(T0, 1, "created")
-    store = Store(url_of(db_path(tmp_path)))
-    try:
-        with store.write() as tx:
-            tx.add_endpoint(endpoint)
-        with pytest.raises(NameConflict), store.write() as tx:
-            tx.add_endpoint(Endpoint("e2", name, "bob", spec, T0))  # another owner: still taken
-        endpoint.generation = 2
-        with store.write() as tx:
-            tx.save_endpoint(endpoint)
-        with store.read() as tx:
-            assert tx.get_endpoint("m") == endpoint
-            assert tx.get_endpoint(endpoint_id="e1") == endpoint
-            assert tx.list_endpoints("bob") == []
-            assert [e.name for e in tx.list_endpoints()] == ["m"]
-        with store.write() as tx:
-            tx.delete_endpoint("e1")
-            assert tx.get_endpoint("m") is None
-    finally:
-        store.close()
+    with store.write() as tx:
+        tx.add_endpoint(endpoint)
+    with pytest.raises(NameConflict), store.write() as tx:
+        tx.add_endpoint(Endpoint("e2", name, "bob", spec, T0))  # another owner: still taken
+    endpoint.generation = 2
+    with store.write() as tx:
+        tx.save_endpoint(endpoint)
+    with store.read() as tx:
+        assert tx.get_endpoint("m") == endpoint
+        assert tx.get_endpoint(endpoint_id="e1") == endpoint
+        assert tx.list_endpoints("bob") == []
+        assert [e.name for e in tx.list_endpoints()] == ["m"]
+    with store.write() as tx:
+        tx.delete_endpoint("e1")
+        assert tx.get_endpoint("m") is None

@@ -16,6 +16,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..broadcast import put_dropping_oldest
+from ..errors import BaiError
 from .base import BaiHandler
 
 __all__ = ["EventsHandler", "end_stream"]
@@ -37,8 +38,17 @@ class EventsHandler(BaiHandler):
             end_stream(queue)
 
     async def _pump(self) -> None:
-        async for event in self.api.events():  # only what the caller may see
-            put_dropping_oldest(self._queue, event)  # a slow reader loses the oldest
+        """Copy the caller's events to the queue; when they end, so does the stream.
+
+        In remote mode they end when the manager service goes away (a restart): the
+        client then reconnects, rather than wait on a stream nothing feeds any more."""
+        try:
+            async for event in self.api.events():  # only what the caller may see
+                put_dropping_oldest(self._queue, event)  # a slow reader loses the oldest
+        except BaiError as exc:
+            self.log.info("bai-jupyter: event stream ends: %s", exc)
+        finally:
+            end_stream(self._queue)
 
     @web.authenticated
     @authorized

@@ -87,17 +87,21 @@ export function allowAccept(body: HTMLElement, marker: HTMLElement, valid: boole
   queueMicrotask(() => body.dispatchEvent(new Event('input', { bubbles: true })));
 }
 
-/** Ask first (`verb` on a warning button), then act; a failure is shown in a dialog. */
+/**
+ * Ask first (`verb` on a warning button, `keep` on the one that does nothing), then act;
+ * a failure is shown in a dialog.
+ */
 export async function confirmThen(
   title: string,
   body: string,
   verb: string,
-  act: () => Promise<unknown>
+  act: () => Promise<unknown>,
+  keep = 'Cancel'
 ): Promise<void> {
   const answer = await showDialog({
     title,
     body,
-    buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: verb })]
+    buttons: [Dialog.cancelButton({ label: keep }), Dialog.warnButton({ label: verb })]
   });
   if (!answer.button.accept) {
     return;

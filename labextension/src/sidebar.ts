@@ -163,13 +163,20 @@ export class SessionsSidebar extends Widget {
       : [];
     const sessions = [...live, ...ended];
     const names = state.names();
+    const anyEnded = state.list(true).some(s => isEnded(s.status));
     const content = sessions.length
       ? h(
           'ul',
           { class: 'bai-SessionList', attrs: { 'aria-label': 'My sessions' } },
           ...sessions.map(session => this.card(session, names))
         )
-      : h('p', { class: 'bai-Empty' }, 'No sessions yet. Start one with “New session”.');
+      : h(
+          'p',
+          { class: 'bai-Empty' },
+          anyEnded
+            ? 'No live sessions; ended ones are hidden (Settings → bai sessions).'
+            : 'No sessions yet. Start one with “New session”.'
+        );
     return section(`My sessions (${live.length} live)`, 'sessions', content);
   }
 
@@ -375,10 +382,18 @@ export class SessionsSidebar extends Widget {
       verb === 'Cancel'
         ? `${name} leaves the queue and never starts.`
         : `Its kernels (${clusterHosts(session)}) stop and their containers are removed.`;
-    await confirmThen(`${verb} session ${name}?`, what, verb, async () => {
-      await this.live.client.destroy(session.id);
-      await this.live.refresh(session.id);
-    });
+    // Not "Cancel" twice: the button that does nothing says what it keeps.
+    const keep = verb === 'Cancel' ? 'Keep waiting' : undefined;
+    await confirmThen(
+      `${verb} session ${name}?`,
+      what,
+      verb,
+      async () => {
+        await this.live.client.destroy(session.id);
+        await this.live.refresh(session.id);
+      },
+      keep
+    );
   }
 
   private queueSections(): HTMLElement[] {
