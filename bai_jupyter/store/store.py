@@ -60,7 +60,11 @@ class Store:
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
         self.engine = _make_engine(self.url)
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            self.engine.dispose()  # a refused store holds no connection to it
+            raise
 
     def _open(self) -> None:
         with self.engine.connect().execution_options(bai_write=True) as conn, conn.begin():
