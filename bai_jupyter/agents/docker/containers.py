@@ -102,7 +102,8 @@ def _service_ports(plan: KernelPlan) -> list[tuple[str, int]]:
     found = []
     for service in declared_services(plan.bootstrap):
         if service.port in KERNEL_PORTS.values():
-            raise AgentError(f"bad service port {service}: 2300–2304 are the kernel's own")
+            first, last = min(KERNEL_PORTS.values()), max(KERNEL_PORTS.values())
+            raise AgentError(f"bad service port {service}: {first}-{last} are the kernel's own")
         found.append((service.port_key, service.port))
     return found
 
