@@ -242,7 +242,7 @@ class KernelContainers:
             )
 
         try:
-            created = await asyncio.to_thread(create)
+            created = await self.engine.run(create)
         except docker.errors.ImageNotFound as exc:
             hint = (
                 "build it with `bai-jupyter image build`"

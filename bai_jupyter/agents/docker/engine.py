@@ -1,7 +1,10 @@
 """One Docker engine through the docker SDK: the client, its errors, and calls in threads.
 
-The SDK is blocking: every call runs in a worker thread (``asyncio.to_thread``),
-and its errors become :class:`AgentError` in the engine's own words.
+The SDK is blocking: every call runs in a worker thread of the engine's own pool
+(as many as its connection pool: a session's kernels are created and started at
+once, and a burst of sessions is not queued behind the event loop's few default
+workers, which the Jupyter server needs for itself), and its errors become
+:class:`AgentError` in the engine's own words.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ import asyncio
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -162,6 +167,15 @@ class Engine:
         self.closed = False
         self._client: Any = None
         self._lock = asyncio.Lock()
+        self._threads = ThreadPoolExecutor(_POOL_SIZE, thread_name_prefix=f"bai-docker-{agent_id}")
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in one of the engine's threads (blocking SDK work)."""
+        try:
+            job = asyncio.get_running_loop().run_in_executor(self._threads, partial(fn, *args))
+        except RuntimeError as exc:  # shut down: the agent was closed meanwhile
+            raise AgentError(f"agent {self.agent_id} is closed") from exc
+        return await job
 
     def new_client(self, timeout: float = 60) -> Any:
         """A client of its own, for a thread that blocks on the engine (the event stream)."""
@@ -196,7 +210,7 @@ class Engine:
             return fn(*args, **kwargs)
 
         try:
-            return await asyncio.to_thread(probed)
+            return await self.run(probed)
         except docker.errors.DockerException as exc:
             raise AgentError(f"{what}: {explain(exc)}") from exc
         except (requests.exceptions.RequestException, OSError) as exc:  # the engine is gone
@@ -206,5 +220,6 @@ class Engine:
         """Drop the client; later calls say the agent is closed."""
         self.closed = True
         if self._client is not None:
-            await asyncio.to_thread(self._client.close)
+            await self.run(self._client.close)
             self._client = None
+        self._threads.shutdown(wait=False)
