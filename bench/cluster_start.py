@@ -52,6 +52,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ from docker.client import DockerClient
 
 from bai_jupyter.kernel_plan import LABEL_ROOT, LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
-from bai_jupyter.model import Status
+from bai_jupyter.model import Session, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from raw_kernels import RawKernels  # a module beside this script
@@ -101,6 +102,8 @@ class Bench:
     manager: BaiSessionManager | None = None
     sessions: list[str] = field(default_factory=list)
     samples: dict[str, list[float]] = field(default_factory=dict)
+    #: Size → phase → seconds of each sample (``_phases``).
+    phases: dict[int, dict[str, list[float]]] = field(default_factory=dict)
 
     def record(self, arm: str, seconds: float) -> None:
         self.samples.setdefault(arm, []).append(seconds)
@@ -120,6 +123,7 @@ async def start_session(bench: Bench, size: int) -> float:
         "resources": dict(RESOURCES),
     }
     start = time.perf_counter()
+    created_at = time.time()
     session = await manager.create(request, OWNER)
     bench.sessions.append(session.id)
     session = await manager.wait_for(session.id, {Status.RUNNING}, timeout=START_TIMEOUT)
@@ -130,9 +134,47 @@ async def start_session(bench: Bench, size: int) -> float:
                 f"session of size {size} ended {session.status.value} "
                 f"({session.status_info}): {session.status_data}"
             )
+        phases = await asyncio.to_thread(_phases, bench, session, created_at)
+        for name, seconds in phases.items():
+            bench.phases.setdefault(size, {}).setdefault(name, []).append(seconds)
     finally:
         await manager.destroy(session.id)
     return elapsed
+
+
+def _stamp(text: str) -> float:
+    """An engine timestamp (RFC 3339, nanoseconds) as epoch seconds."""
+    day, _, rest = text.rstrip("Z").partition("T")
+    clock, _, fraction = rest.partition(".")
+    whole = datetime.fromisoformat(f"{day}T{clock}+00:00").timestamp()
+    return whole + float(f"0.{fraction or 0}")
+
+
+def _phases(bench: Bench, session: Session, created_at: float) -> dict[str, float]:
+    """Where a session's start went, from its status history and main1's container: the
+    manager's part until it asks the engine, the engine's create and start, the runtime's
+    set-up until the ipykernel starts, the kernel's boot, and the ready line's way back."""
+    at = {entry.status: entry.at for entry in session.status_history}
+    main = next(k for k in session.kernels if k.hostname == "main1")
+    info = bench.client.api.inspect_container(main.container_id)
+    started = _stamp(info["State"]["StartedAt"])
+    logs = bench.client.api.logs(main.container_id, timestamps=True).decode(errors="replace")
+    lines = {
+        marker: _stamp(line.split(" ", 1)[0])
+        for line in logs.splitlines()
+        for marker in ("kernel started", "bai-runtime: ready")
+        if marker in line
+    }
+    return {
+        "create→CREATING (manager: admission, pass, plans, images)": at[Status.CREATING]
+        - created_at,
+        "CREATING→container started (engine: networks, create, start)": started
+        - at[Status.CREATING],
+        "→ ipykernel spawned (runtime set-up)": lines["kernel started"] - started,
+        "→ ready line (ipykernel boot, sshd)": lines["bai-runtime: ready"]
+        - lines["kernel started"],
+        "→ RUNNING (ready seen, recorded)": at[Status.RUNNING] - lines["bai-runtime: ready"],
+    }
 
 
 def _floor_one(bench: Bench) -> str:
@@ -299,6 +341,10 @@ def report(bench: Bench) -> None:
                 f"goal: size {size} ≤ {goal}× the same {size} container(s) by hand "
                 f"({medians[base] * 1e3:.0f} ms): {ratio:.2f}× → {verdict}"
             )
+    for size, phases in sorted(bench.phases.items()):
+        print(f"\nsize {size}, where the time goes (medians):")
+        for name, values in phases.items():
+            print(f"  {statistics.median(values) * 1e3:7.0f} ms  {name}")
 
 
 def main() -> None:
