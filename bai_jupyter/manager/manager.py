@@ -93,6 +93,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
             self._owner_policy,
         )
         self.admission.claim = self.pools.claims.claim
+        self.pools.claims.after_claim = self.idle.before_running
         self.scheduling.after_pass = self.pools.give_way
         self.service_ports = ServicePorts(self.core)
         self.templates = Templates(self.core)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,9 @@ class PoolClaims:
         self.pools = pools
         self.mounts = mounts
         self.owner_policy = owner_policy
+        #: Awaited with a session just claimed, before its caller has it (the idle watch
+        #: follows its kernel from then on, as it does a cold one's before RUNNING).
+        self.after_claim: Callable[[Session], Awaitable[None]] | None = None
 
     def _pool_of(self, spec: SessionSpec) -> tuple[PoolConfig, str] | None:
         key = pool_key(spec)
@@ -83,6 +86,8 @@ class PoolClaims:
             claimed = await self.core.edit(warm.id, lambda s: _transfer(s, pool, spec, owner, meta))
         except _Gone:
             return None
+        if self.after_claim is not None:
+            await self.after_claim(claimed)
         self.pools.wake()  # refill
         return claimed
 
