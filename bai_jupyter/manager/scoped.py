@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..model import ExecResult, Session, Status
 from ..request import SpecError, Template
+from .pool_config import POOL_OWNER
 
 if TYPE_CHECKING:
     from ..loop_thread import LoopThread
@@ -180,7 +181,8 @@ class ScopedManager:
         if self.thread is not None:
             source = _across(source, self.thread)
         async for event in source:
-            if admin or event.get("owner") == self.owner:
+            # A warm pool's sessions are nobody's: everyone sees them come and go.
+            if admin or event.get("owner") in (self.owner, POOL_OWNER):
                 yield event
 
     # --- templates ----------------------------------------------------------------------------

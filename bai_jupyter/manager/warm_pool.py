@@ -115,7 +115,7 @@ class WarmPools:
         try:
             made = await self.create(pool.request, POOL_OWNER, pool.template, {}, True)
         except BaiError as exc:
-            return f"{type(exc).__name__}: {exc.message}"
+            return exc.message
         return pool_key(made.spec), made.spec
 
     def has_notebook(self, pool: PoolConfig) -> bool:
