@@ -1,10 +1,15 @@
 """The JupyterLab extension in a real browser, against a real ``jupyter lab`` whose
 sessions run on the real Docker engine: the sidebar, the new-session dialog, the
 queue, a service-port link, a batch job's log, terminate, the status-bar item of
-a queued notebook, and an inference endpoint (its route, scaling it, deleting it).
+a queued notebook, an inference endpoint (its route, scaling it, deleting it), and
+the warm pools under the agents (a notebook claiming a warm session, the refill).
 
 One lab for the module, on one agent of 2 CPUs, so the tests can fill it and see a
-session wait. Headless Debian ``chromium`` driven by PyPI ``playwright`` (never
+session wait. It keeps a warm pool of one small session (``python``: 0.25 CPU, on
+the kernelspec ``bai-warm``) and has one pool it refuses (``huge``), so every test
+also runs beside a warm session that gives way when a user's session needs its room.
+
+Headless Debian ``chromium`` driven by PyPI ``playwright`` (never
 ``playwright install``). Screenshots go to ``BAI_TEST_SHOTS`` (default
 ``/tmp/bai-labext-shots``) for a person to look at; the DOM is what is asserted.
 """
@@ -35,6 +40,11 @@ OPEN_NOTEBOOK = "p => { window.jupyterapp.commands.execute('docmanager:open', {p
 SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
 #: Long enough for a container to start on a busy 2-core machine.
 WAIT = 120_000
+#: The lab's warm pools: one kept warm, one whose request can never fit (refused).
+POOLS = [
+    {"name": "python", "size": 1, "kernelspec": "bai-warm"},
+    {"name": "huge", "size": 1, "request": {"resources": {"cpu": "64", "mem": "256m"}}},
+]
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -67,9 +77,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator
     config = (
         'c.BaiSessionManager.backend = "docker"\n'
         'c.BaiSessionManager.agents = [{"id": "docker", "slots": {"cpu": "2", "mem": "4g"}}]\n'
+        f"c.BaiSessionManager.warm_pools = {POOLS!r}\n"
         "c.LabApp.expose_app_in_browser = True\n"
     )
     with pytest.MonkeyPatch.context() as patch:
+        # The pool's kernelspec exists before the server reads its pools.
+        patch.setenv("JUPYTER_DATA_DIR", str(root / "data"))
+        warm = ["bai-warm", "--cpu", "0.25", "--mem", "256m"]
+        assert cli_main(["kernelspec", "install", *warm]) == 0
         server = start_lab(root, patch, "bai-q", "--cpu", "2", "--mem", "512m", extra_config=config)
         cluster = ["bai-c2", "--cluster-size", "2", "--cpu", "0.5", "--mem", "256m"]
         assert cli_main(["kernelspec", "install", *cluster]) == 0  # before the page loads
@@ -106,6 +121,10 @@ def page(lab: Server) -> Iterator[Any]:
             tab.goto(f"{lab.url}lab?token={TOKEN}")
             tab.locator('.lm-TabBar-tab[data-id="bai-jupyter-sessions"]').click(timeout=WAIT)
             tab.locator(".bai-Sidebar-title").wait_for(timeout=WAIT)
+            # The tests count with the warm session there (it started while the page loaded).
+            tab.locator('.bai-Pool[data-pool="python"] .bai-Status[data-state="full"]').wait_for(
+                timeout=WAIT
+            )
             yield tab
         finally:
             context.close()
@@ -120,6 +139,20 @@ def clean(lab: Server, page: Any) -> Iterator[None]:
         page.keyboard.press("Escape")
         page.wait_for_timeout(100)
     end_all(lab)
+
+
+def shot(element: Any, name: str) -> None:
+    """A screenshot of a sidebar element, which a redraw may replace meanwhile (an event
+    arrived): the locator finds the new one on the next try."""
+    from playwright.sync_api import Error
+
+    for attempt in range(3):
+        try:
+            element.screenshot(path=str(SHOTS / name))
+            return
+        except Error as exc:
+            if "not attached" not in str(exc) or attempt == 2:
+                raise
 
 
 def card(page: Any, name: str) -> Any:
@@ -191,12 +224,125 @@ def test_the_dialog_checks_as_you_type_and_the_session_runs(lab: Server, page: A
     agents = page.locator(".bai-Agent[data-agent-id='docker']")
     agents.locator("li", has_text="main1 of first").wait_for(timeout=WAIT)
     meter = agents.locator('[role="meter"]').first
-    assert meter.get_attribute("aria-valuenow") == "25"  # 0.5 of 2 CPUs
+    assert meter.get_attribute("aria-valuenow") == "38"  # 0.5 and the warm pool's 0.25 of 2 CPUs
     # The launcher's card opens the same dialog.
     card_ = page.locator(".jp-LauncherCard", has_text="New bai Session")
     card_.click()
     page.locator(".jp-Dialog", has_text="New bai session").locator("button.jp-mod-reject").click()
     page.screenshot(path=str(SHOTS / "sidebar-light.png"))
+
+
+def pool_counts(pool: dict[str, Any]) -> str:
+    return (
+        f"Claims {pool['claims']} · hits {pool['hits']} · misses {pool['misses']}"
+        f" · given way {pool['given_way']}"
+    )
+
+
+#: Records each state the pool ``python`` is drawn in (the sidebar redraws its body).
+WATCH_POOL = """() => {
+  window.baiPoolStates = [];
+  const body = document.querySelector('.bai-Sidebar-body');
+  new MutationObserver(() => {
+    const badge = body.querySelector('.bai-Pool[data-pool="python"] .bai-Status');
+    const state = badge ? badge.dataset.state : null;
+    if (state && window.baiPoolStates[window.baiPoolStates.length - 1] !== state) {
+      window.baiPoolStates.push(state);
+    }
+  }).observe(body, {childList: true, subtree: true});
+}"""
+
+
+def test_a_notebook_claims_the_warm_session_and_the_pool_refills(lab: Server, page: Any) -> None:
+    """The Pools block under the agents: the pool warm, its counts as the API gives them;
+    a notebook on the pool's kernelspec claims the warm session (claims and hits + 1),
+    the pool is drawn short then warm again, all from the event stream; the refused
+    pool says why; the block is labelled and keyboard reachable, in both themes."""
+    before = {p["name"]: p for p in api(lab, "GET", "pools")["pools"]}
+    python = page.locator('.bai-Pool[data-pool="python"]')
+    huge = page.locator('.bai-Pool[data-pool="huge"]')
+    assert page.locator("#bai-heading-pools").inner_text() == "Warm pools (2)"
+    assert python.locator(".bai-Status").inner_text() == "1/1 warm"
+    assert python.locator('[data-role="from"]').inner_text() == (
+        "From kernelspec bai-warm: 1 × 0.25 CPU · 256 MiB in default"
+    )
+    assert python.locator('[data-role="size"]').inner_text() == "Size 1 · 1 warm · 0 starting"
+    assert python.locator('[data-role="held"]').inner_text() == (
+        "Holds 0.25 CPU · 256 MiB of at most 0.25 CPU · 256 MiB"  # size 1 × each, no max_slots
+    )
+    counts = python.locator('[data-role="counts"]')
+    assert counts.inner_text() == pool_counts(before["python"])
+    # The refused pool keeps nothing warm and says why (the server's words, less the
+    # error's class name).
+    assert huge.locator('.bai-Status[data-state="refused"]').inner_text() == "refused"
+    error = huge.locator('[data-role="error"]').inner_text()
+    assert error == re.sub(r"^[A-Z][A-Za-z]*: ", "", before["huge"]["error"]), error
+    assert error.startswith("resource group 'default': needs cpu=64"), error
+    # The agent: its warm session by pool, and that session's kernel as the pool's.
+    agent = page.locator(".bai-Agent[data-agent-id='docker']")
+    assert agent.locator('[data-role="warm"]').inner_text() == "warm: 1 · python"
+    warm_kernel = agent.locator("li.bai-mod-warm")
+    assert warm_kernel.all_inner_texts() == ["main1 warm in pool python · 0.25 CPU · 256 MiB"]
+    # Labelled for screen readers, and reached with the keyboard.
+    group = page.get_by_role("group", name="Warm pools (2)")
+    assert group.get_by_role("listitem").count() == 2
+    python.focus()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("() => document.activeElement.dataset.focusKey") == "pool-python"
+    label = python.get_attribute("aria-label") or ""
+    assert label.startswith("warm pool python, kernelspec bai-warm, 1 of 1 warm, 0 starting;")
+    shot(group, "pools-warm.png")
+
+    # A notebook on the pool's kernelspec gets the warm session; the pool refills.
+    page.evaluate(WATCH_POOL)
+    put_notebook(lab, "warm.ipynb", "", kernelspec="bai-warm")
+    page.evaluate(OPEN_NOTEBOOK, "warm.ipynb")
+    try:
+        page.locator(".bai-StatusItem", has_text="bai: RUNNING").wait_for(timeout=WAIT)
+        claimed = {
+            "claims": before["python"]["claims"] + 1,
+            "hits": before["python"]["hits"] + 1,
+            "misses": before["python"]["misses"],
+            "given_way": before["python"]["given_way"],
+        }
+        counts.filter(has_text=pool_counts(claimed)).wait_for(timeout=WAIT)
+        python.locator('.bai-Status[data-state="full"]').wait_for(timeout=WAIT)
+        states = page.evaluate("() => window.baiPoolStates")
+        assert states[-1] == "full" and ("short" in states or "filling" in states), states
+        (mine,) = [
+            s
+            for s in api(lab, "GET", "sessions")["sessions"]
+            if s["status"] == "RUNNING" and s["status_data"].get("warm_pool")
+        ]
+        assert mine["meta"]["notebook_path"].endswith("warm.ipynb")
+        session = page.locator(f'.bai-Session[data-session-id="{mine["id"]}"]')
+        assert session.locator('[data-role="warm"]').inner_text() == (
+            "Started warm: claimed from pool python"
+        )
+        # The claimed kernel is now the user's; a fresh one is the pool's.
+        agent.locator("li", has_text=f"main1 of {mine['id'][:8]}").wait_for(timeout=WAIT)
+        assert warm_kernel.count() == 1
+        assert agent.locator('[data-role="warm"]').inner_text() == "warm: 1 · python"
+        (after,) = [p for p in api(lab, "GET", "pools")["pools"] if p["name"] == "python"]
+        assert counts.inner_text() == pool_counts(after)
+        assert after["sessions"] != before["python"]["sessions"]  # a new warm session
+        page.screenshot(path=str(SHOTS / "pools-claimed.png"))
+        agents_section = page.locator('section[aria-labelledby="bai-heading-agents"]')
+        shot(agents_section, "pools-light.png")
+        page.evaluate(
+            "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+            " {theme: 'JupyterLab Dark'})"
+        )
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+        page.wait_for_timeout(500)  # the theme's stylesheet applies
+        shot(agents_section, "pools-dark.png")
+        page.evaluate(
+            "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+            " {theme: 'JupyterLab Light'})"
+        )
+    finally:
+        close_notebook(lab, page)
 
 
 def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, page: Any) -> None:
@@ -289,7 +435,7 @@ def test_a_system_session_from_the_dialog_shows_its_sftp_login(lab: Server, page
     login = files.locator('[data-role="sftp"] code')
     login.wait_for(timeout=WAIT)
     assert re.fullmatch(r"sftp -P \d+ -i KEY_FILE work@127\.0\.0\.1", login.inner_text())
-    files.screenshot(path=str(SHOTS / "system-session.png"))
+    shot(files, "system-session.png")
     terminate(page, "files")
     files.locator('.bai-Status[data-status="TERMINATED"]').wait_for(timeout=WAIT)
 
@@ -338,7 +484,7 @@ def test_a_cluster_notebook_is_interrupted_from_its_card_by_keyboard(
         page.keyboard.press("Enter")  # the status item reveals the notebook's session
         card_ = page.locator(".bai-Session.bai-mod-highlighted")
         card_.wait_for()
-        card_.screenshot(path=str(SHOTS / "cluster-notebook-card.png"))
+        shot(card_, "cluster-notebook-card.png")
         name = card_.locator(".bai-Session-name").inner_text()
         assert (
             card_.locator(".bai-Session-detail")
@@ -537,14 +683,14 @@ def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
     newest = echo.locator(".bai-Decisions li").first.inner_text()
     assert re.fullmatch(r"\d+ s ago · 1 → 2: scaling is now 2 to 3 replicas", newest), newest
     page.screenshot(path=str(SHOTS / "endpoint-light.png"))
-    shown.screenshot(path=str(SHOTS / "endpoint-light-section.png"))
+    shot(shown, "endpoint-light-section.png")
     page.evaluate(
         "() => window.jupyterapp.commands.execute('apputils:change-theme',"
         " {theme: 'JupyterLab Dark'})"
     )
     page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
     page.wait_for_timeout(500)  # the theme's stylesheet applies
-    shown.screenshot(path=str(SHOTS / "endpoint-dark-section.png"))
+    shot(shown, "endpoint-dark-section.png")
     page.evaluate(
         "() => window.jupyterapp.commands.execute('apputils:change-theme',"
         " {theme: 'JupyterLab Light'})"

@@ -8,6 +8,7 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
 import type { EndpointJSON, EndpointUpdate } from './endpoints';
+import type { PoolJSON } from './pools';
 import {
   pageUrlOf,
   type AgentJSON,
@@ -138,6 +139,11 @@ export class BaiClient {
 
   async agents(): Promise<AgentJSON[]> {
     return (await this.call<{ agents: AgentJSON[] }>('GET', 'agents')).agents;
+  }
+
+  /** The warm pools: size, limits, warm and starting sessions, claim counts. */
+  async pools(): Promise<PoolJSON[]> {
+    return (await this.call<{ pools: PoolJSON[] }>('GET', 'pools')).pools;
   }
 
   scheduler(): Promise<SchedulerJSON> {

@@ -2,8 +2,10 @@
  * Keeps a `BaiState` current from the server: one full read at (re)connection,
  * then the event stream. Each event is folded in at once (the views redraw with
  * the new status), then what events do not carry is re-read: the session (why it
- * waits, services, result), the queue and agents after a status change, and the
- * endpoints after an event of one of their replicas. Sessions are never polled;
+ * waits, services, result), the queue, agents and warm pools after a status change,
+ * and the endpoints after an event of one of their replicas (an unclaimed warm
+ * session's events, which an admin's stream carries, re-read only the queue, agents
+ * and pools: it is nobody's session). Sessions are never polled;
  * endpoints are read again every few seconds only while the sidebar shows them and
  * one is not steady (a replica starting, failing its checks or draining: no event
  * says when that ends) or serves requests (its load moves).
@@ -11,6 +13,7 @@
 import { ApiError, BaiClient } from './api';
 import { EndpointJSON, refreshDelay, replicaOf } from './endpoints';
 import { BaiState, SessionEvent } from './model';
+import { isWarmEvent, PoolJSON } from './pools';
 
 export class LiveState {
   readonly state = new BaiState();
@@ -64,14 +67,18 @@ export class LiveState {
   async reload(): Promise<void> {
     void this.readEndpoints();
     try {
-      const [sessions, scheduler, agents] = await Promise.all([
+      const [sessions, scheduler, agents, pools] = await Promise.all([
         this.client.sessions(this.all),
         this.client.scheduler(),
-        this.client.agents()
+        this.client.agents(),
+        this.readPools()
       ]);
       this.state.loadSessions(sessions);
       this.state.loadScheduler(scheduler);
       this.state.loadAgents(agents);
+      if (pools) {
+        this.state.loadPools(pools);
+      }
     } catch (error) {
       this.state.offline = error instanceof ApiError ? error.message : String(error);
       this.state.changed();
@@ -146,6 +153,9 @@ export class LiveState {
     if (folded.statusChanged || event.status === 'PENDING') {
       this.refreshCluster();
     }
+    if (folded.unknown && isWarmEvent(event) && !this.all) {
+      return; // not one of the user's sessions: the agents and pools show it
+    }
     try {
       if (folded.unknown && !this.all) {
         // A new session; an admin's stream also carries other users' (not listed here).
@@ -162,7 +172,7 @@ export class LiveState {
     }
   }
 
-  /** The queue and the agents, once for a burst of status changes. */
+  /** The queue, the agents and the warm pools, once for a burst of status changes. */
   private refreshCluster(): void {
     if (this.clusterTimer !== null) {
       return;
@@ -170,15 +180,35 @@ export class LiveState {
     this.clusterTimer = setTimeout(async () => {
       this.clusterTimer = null;
       try {
-        const [scheduler, agents] = await Promise.all([
+        const [scheduler, agents, pools] = await Promise.all([
           this.client.scheduler(),
-          this.client.agents()
+          this.client.agents(),
+          this.readPools()
         ]);
         this.state.loadScheduler(scheduler);
         this.state.loadAgents(agents);
+        if (pools) {
+          this.state.loadPools(pools);
+        }
       } catch (error) {
         console.warn('bai-jupyter: could not re-read the queue and agents', error);
       }
     }, 50);
+  }
+
+  /**
+   * The warm pools, or null when they could not be read (the rest of the sidebar still
+   * shows); a server without pools to show (an older one: 404) has none.
+   */
+  private async readPools(): Promise<PoolJSON[] | null> {
+    try {
+      return await this.client.pools();
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 404) {
+        return [];
+      }
+      console.warn('bai-jupyter: could not read the warm pools', error);
+      return null;
+    }
   }
 }

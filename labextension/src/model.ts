@@ -3,6 +3,7 @@
  * no JupyterLab: plain data and functions, unit-tested on their own.
  */
 import type { EndpointJSON } from './endpoints';
+import type { PoolJSON } from './pools';
 
 // --- the API's shapes (docs/api.md) -----------------------------------------------------------
 
@@ -133,13 +134,19 @@ export interface AgentJSON {
   capacity: Slots;
   occupied: Slots;
   free: Slots;
+  /** Each kernel on it; who runs it only for the caller's own sessions (an admin's: all). */
   kernels: {
     slots: Slots;
+    /** The pool that keeps it warm: an unclaimed warm session's kernel (nobody's yet). */
+    pool?: string;
     session_id?: string;
+    kernel_id?: string;
     hostname?: string;
     owner?: string;
     status?: string;
   }[];
+  /** Warm sessions whose main1 runs here, by pool name. */
+  warm?: Record<string, number>;
 }
 
 export interface TemplateJSON {
@@ -456,8 +463,9 @@ export interface Folded {
 }
 
 /**
- * The caller's sessions, endpoints, the queue and the agents, kept current by full API
- * replies (`load…`) and by events (`fold`). Listeners run after every change.
+ * The caller's sessions, endpoints, the queue, the agents and the warm pools, kept
+ * current by full API replies (`load…`) and by events (`fold`). Listeners run after
+ * every change.
  */
 export class BaiState {
   readonly sessions = new Map<string, SessionJSON>();
@@ -465,6 +473,8 @@ export class BaiState {
   readonly loadedAt = new Map<string, number>();
   scheduler: SchedulerJSON | null = null;
   agents: AgentJSON[] = [];
+  /** The warm pools (none configured: empty). */
+  pools: PoolJSON[] = [];
   /** The user's inference endpoints, by name. */
   endpoints: EndpointJSON[] = [];
   /** JupyterLab's running kernels: their id, kernelspec and the notebook using each. */
@@ -520,6 +530,11 @@ export class BaiState {
 
   loadAgents(agents: AgentJSON[]): void {
     this.agents = agents;
+    this.changed();
+  }
+
+  loadPools(pools: PoolJSON[]): void {
+    this.pools = pools;
     this.changed();
   }
 

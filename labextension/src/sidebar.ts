@@ -1,11 +1,12 @@
 /**
  * The left sidebar "bai sessions": the user's sessions (newest first), their
- * inference endpoints, the queue of each resource group, and the agents, redrawn
- * from the live state on every change.
+ * inference endpoints, the queue of each resource group, and the agents and warm
+ * pools, redrawn from the live state on every change.
  */
 import { Clipboard } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { agentsSection } from './agentsSection';
 import { confirmThen } from './dialog';
 import { button, Child, h, redraw, section } from './dom';
 import { replicaOf } from './endpoints';
@@ -13,7 +14,6 @@ import { endpointsSection } from './endpointsSection';
 import { LiveState } from './live';
 import {
   ageText,
-  AgentJSON,
   clusterHosts,
   isEnded,
   label,
@@ -23,9 +23,9 @@ import {
   resultText,
   SessionJSON,
   statusTone,
-  usage,
   whyPending
 } from './model';
+import { claimedFrom, POOL_OWNER } from './pools';
 
 /** What the sidebar asks of the rest of the extension. */
 export interface SidebarActions {
@@ -118,7 +118,7 @@ export class SessionsSidebar extends Widget {
         this.sessionsSection(),
         ...(endpoints ? [endpoints] : []),
         ...this.queueSections(),
-        this.agentsSection()
+        agentsSection(this.live.state)
       ];
     });
   }
@@ -220,6 +220,16 @@ export class SessionsSidebar extends Widget {
         )
       )
     ];
+    const pool = claimedFrom(session);
+    if (pool !== null) {
+      lines.push(
+        h(
+          'div',
+          { class: 'bai-Session-detail', attrs: { 'data-role': 'warm' } },
+          `Started warm: claimed from pool ${pool}`
+        )
+      );
+    }
     if (session.status === 'PENDING') {
       const where = place ? `Queued #${place.position} of ${place.of}` : 'Queued';
       lines.push(
@@ -425,7 +435,8 @@ export class SessionsSidebar extends Widget {
       { status: 'PENDING', status_data: { scheduler: entry.scheduler } },
       names
     );
-    const who = entry.mine ? '' : ` (${entry.owner})`;
+    // A warm session waiting for room is the pool's, not a user's: its owner says so.
+    const who = entry.mine ? '' : entry.owner === POOL_OWNER ? ' (warm pool)' : ` (${entry.owner})`;
     return h(
       'li',
       {
@@ -436,67 +447,6 @@ export class SessionsSidebar extends Widget {
       who,
       ` · ${entry.cluster_size ?? 1} × ${resourcesText(entry.resources)}`,
       why ? h('div', { class: 'bai-QueueWhy' }, why) : null
-    );
-  }
-
-  private agentsSection(): HTMLElement {
-    const agents = this.live.state.agents;
-    const content = agents.length
-      ? h(
-          'ul',
-          { class: 'bai-Agents', attrs: { 'aria-label': 'Agents' } },
-          ...agents.map(a => this.agent(a))
-        )
-      : h('p', { class: 'bai-Empty' }, 'No agents.');
-    return section(`Agents (${agents.length})`, 'agents', content);
-  }
-
-  private agent(agent: AgentJSON): HTMLElement {
-    const sessions = this.live.state.sessions;
-    const bars = usage(agent).map(({ slot, used, text }) =>
-      h(
-        'div',
-        { class: 'bai-Bar' },
-        h('span', { class: 'bai-Bar-label' }, slot),
-        h(
-          'div',
-          {
-            class: 'bai-Bar-track',
-            attrs: {
-              role: 'meter',
-              'aria-label': `${slot} occupied on ${agent.id}: ${text}`,
-              'aria-valuemin': '0',
-              'aria-valuemax': '100',
-              'aria-valuenow': String(Math.round(used * 100))
-            }
-          },
-          h('div', {
-            class: 'bai-Bar-fill',
-            attrs: { style: `width: ${(used * 100).toFixed(1)}%` }
-          })
-        ),
-        h('span', { class: 'bai-Bar-text' }, text)
-      )
-    );
-    const kernels = agent.kernels.map(kernel => {
-      const session = kernel.session_id ? sessions.get(kernel.session_id) : undefined;
-      const owner = kernel.session_id
-        ? `${kernel.hostname} of ${session ? label(session) : label({ id: kernel.session_id })}`
-        : 'a kernel of another user';
-      return h('li', {}, `${owner} · ${resourcesText(kernel.slots)}`);
-    });
-    return h(
-      'li',
-      { class: 'bai-Agent', attrs: { 'data-agent-id': agent.id } },
-      h(
-        'div',
-        { class: 'bai-Agent-head' },
-        h('strong', {}, agent.id),
-        ` · ${agent.backend} · ${agent.kernels.length} kernel${agent.kernels.length === 1 ? '' : 's'}`,
-        agent.schedulable ? null : ' · not schedulable'
-      ),
-      ...bars,
-      kernels.length ? h('ul', { class: 'bai-Agent-kernels' }, ...kernels) : null
     );
   }
 }

@@ -4,10 +4,11 @@
  * nothing is read while nothing changes. A stand-in for the server's API counts the
  * reads; time is jest's.
  */
-import type { BaiClient, EventHandlers } from '../src/api';
+import { ApiError, type BaiClient, type EventHandlers } from '../src/api';
 import { EndpointJSON, UNSTEADY_MS } from '../src/endpoints';
 import { LiveState } from '../src/live';
 import { SessionEvent, SessionJSON } from '../src/model';
+import { POOL_OWNER, PoolJSON } from '../src/pools';
 
 const REPLICA = 'r'.repeat(32);
 const OTHER = 'o'.repeat(32);
@@ -77,6 +78,10 @@ function endpointOf(ready: number, desired: number): EndpointJSON {
 /** The API as far as the live state uses it; `endpoint` is what the next read answers. */
 class FakeClient {
   endpointReads = 0;
+  sessionReads = 0;
+  poolReads = 0;
+  /** What the next read of the pools answers (`null`: a server without them, 404). */
+  poolsList: PoolJSON[] | null = [];
   endpoint = endpointOf(1, 1);
   handlers: EventHandlers | null = null;
   readonly sessionsList = [
@@ -89,10 +94,19 @@ class FakeClient {
     return [this.endpoint];
   }
   async sessions(): Promise<SessionJSON[]> {
+    this.sessionReads++;
     return this.sessionsList;
   }
   async session(id: string): Promise<SessionJSON> {
+    this.sessionReads++;
     return this.sessionsList.find(s => s.id === id)!;
+  }
+  async pools(): Promise<PoolJSON[]> {
+    this.poolReads++;
+    if (this.poolsList === null) {
+      throw new ApiError(404, 'not-found', 'no such page');
+    }
+    return this.poolsList;
   }
   async scheduler() {
     return { resource_groups: {} };
@@ -106,12 +120,12 @@ class FakeClient {
   }
 }
 
-function event(id: string, status: string): SessionEvent {
+function event(id: string, status: string, owner = 'alice'): SessionEvent {
   return {
     type: 'session',
     session_id: id,
     name: null,
-    owner: 'alice',
+    owner,
     status,
     status_info: null,
     kernels: {},
@@ -185,5 +199,74 @@ it('reads them again after a replica session’s events, once for a burst', asyn
   client.handlers!.event(event(REPLICA, 'TERMINATED'));
   await jest.advanceTimersByTimeAsync(1000);
   expect(client.endpointReads).toBe(reads + 1);
+  live.dispose();
+});
+
+const WARM = 'w'.repeat(32);
+
+function poolOf(warm: number, starting: number, claims = 0): PoolJSON {
+  return {
+    name: 'python',
+    size: 1,
+    kernelspec: 'bai-warm',
+    template: null,
+    notebook: true,
+    max_slots: null,
+    warm,
+    starting,
+    held: {},
+    claims,
+    hits: claims,
+    misses: 0,
+    given_way: 0
+  };
+}
+
+it('reads the warm pools at (re)connection and after status changes, never on a timer', async () => {
+  const client = new FakeClient();
+  client.poolsList = [poolOf(0, 1)];
+  const live = new LiveState(client as unknown as BaiClient);
+  live.start();
+  client.handlers!.connected();
+  await jest.advanceTimersByTimeAsync(100);
+  expect(live.state.pools).toEqual([poolOf(0, 1)]);
+  const reads = client.poolReads;
+  await jest.advanceTimersByTimeAsync(120_000);
+  expect(client.poolReads).toBe(reads);
+  // A claim: the warm session becomes one of the user's (an event of theirs, new to them).
+  client.poolsList = [poolOf(0, 1, 1)];
+  client.handlers!.event(event(WARM, 'RUNNING'));
+  await jest.advanceTimersByTimeAsync(100);
+  expect(client.poolReads).toBe(reads + 1);
+  expect(live.state.pools[0].claims).toBe(1);
+  live.dispose();
+});
+
+it('follows an unclaimed warm session’s events in the pools, not in My sessions', async () => {
+  const { client, live } = await started();
+  const sessionReads = client.sessionReads;
+  const poolReads = client.poolReads;
+  client.poolsList = [poolOf(1, 0)];
+  // The refill starting and running: a burst, one read of the queue, agents and pools each.
+  client.handlers!.event(event(WARM, 'PENDING', POOL_OWNER));
+  client.handlers!.event(event(WARM, 'RUNNING', POOL_OWNER));
+  await jest.advanceTimersByTimeAsync(100);
+  expect(client.poolReads).toBe(poolReads + 1);
+  expect(live.state.pools[0].warm).toBe(1);
+  expect(client.sessionReads).toBe(sessionReads); // nobody's session: nothing to re-read
+  expect(live.state.sessions.has(WARM)).toBe(false);
+  live.dispose();
+});
+
+it('shows no pools for a server without them, and the rest as usual', async () => {
+  const client = new FakeClient();
+  client.poolsList = null; // 404
+  const live = new LiveState(client as unknown as BaiClient);
+  live.start();
+  client.handlers!.connected();
+  await jest.advanceTimersByTimeAsync(100);
+  expect(live.state.pools).toEqual([]);
+  expect(live.state.offline).toBeNull();
+  expect(live.state.sessions.size).toBe(2);
   live.dispose();
 });
