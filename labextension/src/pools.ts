@@ -132,12 +132,9 @@ function heldWords(pool: PoolJSON): string {
   return most ? `${held} of at most ${resourcesText(most)}` : held;
 }
 
-/**
- * Why a pool is refused, as people read it: the server's message without the name of
- * the error's class (`InvalidRequest: resource group …` → `resource group …`).
- */
+/** Why a pool is refused: the server's own message, or `null`. */
 export function poolErrorText(pool: Pick<PoolJSON, 'error'>): string | null {
-  return pool.error ? pool.error.replace(/^[A-Z][A-Za-z]*: /, '') : null;
+  return pool.error || null;
 }
 
 /** `Claims 3 · hits 2 · misses 1 · given way 0`. */
