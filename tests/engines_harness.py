@@ -369,6 +369,93 @@ def _parallel(jobs: list[Any]) -> None:
         raise errors[0]
 
 
+@dataclass
+class SSHLogin:
+    """An sshd on a node that relays a login to the node's engine, and the client's side."""
+
+    #: The agent's endpoint: ``ssh://root@ADDRESS``.
+    endpoint: str
+    #: A home directory with ``.ssh/id_ed25519`` and ``.ssh/known_hosts`` for that login.
+    home: Path
+    #: The listening sshd (as root's shell runs it in the node's namespace).
+    proc: subprocess.Popen[bytes]
+
+    def drop_connections(self) -> None:
+        """End every connection, as a reboot of the engine's machine would (the listener
+        stays): SIGKILL to the listener's descendants, each connection's sshd first."""
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    children.setdefault(ppid, []).append(int(entry.name))
+        todo, found = [self.proc.pid], []
+        while todo:
+            found += (kids := children.get(todo.pop(), []))
+            todo += kids
+        if not found:
+            raise RuntimeError("no SSH connection to drop")
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _keygen(path: Path, comment: str) -> str:
+    """A new ed25519 key pair at ``path`` (no passphrase); its public line."""
+    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path))
+    return path.with_suffix(".pub").read_text().strip()
+
+
+@contextlib.contextmanager
+def ssh_login(node: Node, folder: Path) -> Iterator[SSHLogin]:
+    """OpenSSH's sshd in ``node``'s network namespace on its address, port 22: one key may
+    log in as root, and only to run ``docker system dial-stdio`` against the node's engine
+    (a forced command, as docs/multinode.md advises); the client's key and known_hosts
+    are under ``SSHLogin.home``."""
+    home = folder / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    host_public = _keygen(folder / "host_key", "bai-test-host")
+    client_public = _keygen(home / ".ssh" / "id_ed25519", "bai-test-manager")
+    dial = f"docker -H {node.endpoint} system dial-stdio"
+    (folder / "authorized_keys").write_text(f'command="{dial}",restrict {client_public}\n')
+    (home / ".ssh" / "known_hosts").write_text(f"{node.address} {host_public}\n")
+    config = folder / "sshd_config"
+    config.write_text(
+        f"ListenAddress {node.address}:22\nHostKey {folder / 'host_key'}\n"
+        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPidFile none\nUsePAM no\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nLogLevel VERBOSE\n"
+    )
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation
+    log = (folder / "sshd.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            *("nsenter", f"--net=/run/netns/{node.netns}"),
+            *("/usr/sbin/sshd", "-D", "-e", "-f", str(config)),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection((node.address, 22), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"sshd on {node.name} did not listen: {(folder / 'sshd.log').read_text()}"
+                    ) from None
+                time.sleep(0.05)
+        yield SSHLogin(f"ssh://root@{node.address}", home, proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
 def missing_tools() -> list[str]:
     """What this harness needs and the machine lacks (it needs root too)."""
     need = ["ip", "nsenter", "unshare", "dockerd", "mount"]

@@ -21,10 +21,12 @@ from typing import Any
 
 import pytest
 from conftest import started_manager
-from engines_harness import TEST_REPO, Engines, Node
+from engines_harness import TEST_REPO, Engines, Node, ssh_login
 from test_server_harness import serving
 
 from bai_jupyter import kernelspecs
+from bai_jupyter.agents.base import AgentError
+from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
@@ -436,3 +438,34 @@ async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines:
     plain = {"id": "plain", "endpoint": endpoint, "slots": SLOTS}
     async with _manager(tmp_path, swarm_engines, "plain", agents=[plain]) as mgr:
         assert not await mgr.core.agents["plain"].available()  # the engine wants a certificate
+
+
+async def test_an_agent_reached_over_ssh(
+    tmp_path: Path, swarm_engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ssh://``: the engine is reached through the node's sshd, whose forced command runs
+    ``docker system dial-stdio`` there; the engine does not see this host's files."""
+    node = swarm_engines.nodes[2]
+    (tmp_path / "ssh").mkdir()
+    with ssh_login(node, tmp_path / "ssh") as login:
+        entry = swarm_engines.agent(node, SLOTS, id="far", endpoint=login.endpoint)
+        monkeypatch.setenv("HOME", str(tmp_path))  # no known_hosts: the host is refused
+        async with _manager(tmp_path, swarm_engines, "unknown", agents=[entry]) as mgr:
+            far = mgr.core.agents["far"]
+            assert isinstance(far, DockerAgent)
+            refused = r"add the host key of ssh://root@\S+ to ~/.ssh/known_hosts"
+            with pytest.raises(AgentError, match=refused):
+                await far.engine.api()
+
+        monkeypatch.setenv("HOME", str(login.home))
+        async with _manager(tmp_path, swarm_engines, "ssh", agents=[entry]) as mgr:
+            far = mgr.core.agents["far"]
+            assert isinstance(far, DockerAgent) and not far.local
+            session = await _running(mgr, {"resources": SMALL})
+            assert await _sh(mgr, session.id, "hostname") == "main1"
+            login.drop_connections()  # the machine rebooted: the next call connects anew
+            assert await _sh(mgr, session.id, "hostname") == "main1"
+            here = _containers(node, session.id)
+            assert [c["Labels"]["ai.backend.bai-jupyter.cluster-host"] for c in here] == ["main1"]
+            await mgr.destroy(session.id)
+            assert _containers(node, session.id) == []
