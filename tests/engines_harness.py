@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -380,9 +381,9 @@ class SSHLogin:
     #: The listening sshd (as root's shell runs it in the node's namespace).
     proc: subprocess.Popen[bytes]
 
-    def drop_connections(self) -> None:
+    def drop_connections(self, strict: bool = True) -> None:
         """End every connection, as a reboot of the engine's machine would (the listener
-        stays): SIGKILL to the listener's descendants, each connection's sshd first."""
+        stays): SIGKILL to the listener's descendants. ``strict``: there must be one."""
         children: dict[int, list[int]] = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
@@ -393,7 +394,7 @@ class SSHLogin:
         while todo:
             found += (kids := children.get(todo.pop(), []))
             todo += kids
-        if not found:
+        if strict and not found:
             raise RuntimeError("no SSH connection to drop")
         for pid in found:
             with contextlib.suppress(ProcessLookupError):
@@ -437,6 +438,7 @@ def ssh_login(node: Node, folder: Path) -> Iterator[SSHLogin]:
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
     )
+    login = SSHLogin(f"ssh://root@{node.address}", home, proc)
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -449,11 +451,119 @@ def ssh_login(node: Node, folder: Path) -> Iterator[SSHLogin]:
                         f"sshd on {node.name} did not listen: {(folder / 'sshd.log').read_text()}"
                     ) from None
                 time.sleep(0.05)
-        yield SSHLogin(f"ssh://root@{node.address}", home, proc)
+        yield login
     finally:
+        login.drop_connections(strict=False)  # a connection's sshd outlives the listener
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
+
+
+@dataclass
+class Registry:
+    """Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1:5000 in one node's
+    network namespace: that node's engine pulls from it over loopback, which Docker
+    trusts without TLS. Its storage is kept between runs (under the slot's data roots),
+    so an image is pushed once."""
+
+    node: Node
+    storage: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    ADDRESS = "127.0.0.1:5000"
+
+    def start(self) -> None:
+        self.storage.mkdir(parents=True, exist_ok=True)
+        config = self.log.with_name("registry.yml")
+        config.write_text(
+            "version: 0.1\nlog: {level: warn}\nstorage:\n  delete: {enabled: true}\n"
+            f"  filesystem: {{rootdirectory: '{self.storage}'}}\nhttp: {{addr: '{self.ADDRESS}'}}\n"
+        )
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    *("nsenter", f"--net=/run/netns/{self.node.netns}"),
+                    *("docker-registry", "serve", str(config)),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + 10
+        while not self._answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the registry did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        """Whether ``/v2/`` answers (asked from inside the node's namespace)."""
+        url = f"http://{self.ADDRESS}/v2/"
+        code = f"import urllib.request as r; r.urlopen({url!r}, timeout=1)"
+        probe = ["nsenter", f"--net=/run/netns/{self.node.netns}", sys.executable, "-c", code]
+        return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+    def pause(self) -> None:
+        """Stop it dead (SIGSTOP): connections are accepted and never answered."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def stop(self) -> None:
+        """Kill it (a paused one too): the pulls it was serving fail."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def publish(self, kernel_image: str, source: Any) -> str:
+        """The kernel image (from the default engine, ``source``) plus a layer of its own
+        (8 MiB of random bytes) as ``127.0.0.1:5000/bai-test/pulled:…``, pushed unless the
+        registry has it; the node keeps the kernel image, not that one: a pull of it
+        fetches that layer only (quick; long enough to watch over a throttled link)."""
+        _ensure_image(self.node, kernel_image)
+        name = f"{self.ADDRESS}/bai-test/pulled"
+        tag = source.api.inspect_image(kernel_image)["Id"].split(":")[1][:12]
+        client = self.node.client(timeout=600)
+        try:
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.inspect_distribution(f"{name}:{tag}")
+                return f"{name}:{tag}"
+            made = client.api.create_container(
+                kernel_image,
+                command=["sh", "-c", "head -c 8M /dev/urandom > /opt/bai-test-payload"],
+                network_disabled=True,
+            )
+            try:
+                client.api.start(made["Id"])
+                client.api.wait(made["Id"])
+                client.api.commit(made["Id"], repository=name, tag=tag)
+            finally:
+                client.api.remove_container(made["Id"], force=True)
+            for line in client.api.push(name, tag, stream=True, decode=True):
+                if line.get("error"):
+                    raise RuntimeError(f"pushing {name}:{tag}: {line['error']}")
+            client.api.remove_image(f"{name}:{tag}")
+        finally:
+            client.close()
+        return f"{name}:{tag}"
+
+    def throttle(self, rate: str = "32mbit") -> None:
+        """Limit the node's loopback (the registry's only link) to ``rate`` (tc's token
+        bucket): a real slow link, so a pull lasts long enough to be watched."""
+        _run(
+            *("ip", "netns", "exec", self.node.netns, "tc", "qdisc", "replace", "dev", "lo"),
+            *("root", "tbf", "rate", rate, "burst", "128kb", "latency", "100ms"),
+        )
+
+
+def running_registry(engines: Engines) -> Registry:
+    """A started :class:`Registry` in the namespace of the engine outside the Swarm."""
+    node = engines.outside[0]
+    registry = Registry(
+        node, STATE_ROOT / str(engines.slot) / "registry", node.run_dir / "registry.log"
+    )
+    registry.start()
+    return registry
 
 
 def missing_tools() -> list[str]:

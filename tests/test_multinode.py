@@ -19,9 +19,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 from conftest import started_manager
-from engines_harness import TEST_REPO, Engines, Node, ssh_login
+from engines_harness import TEST_REPO, Engines, Node, Registry, ssh_login
 from test_server_harness import serving
 
 from bai_jupyter import kernelspecs
@@ -469,3 +470,64 @@ async def test_an_agent_reached_over_ssh(
             assert [c["Labels"]["ai.backend.bai-jupyter.cluster-host"] for c in here] == ["main1"]
             await mgr.destroy(session.id)
             assert _containers(node, session.id) == []
+
+
+@contextlib.contextmanager
+def _pulled_away(node: Node, image: str) -> Iterator[None]:
+    """What a test pulled of ``image`` is removed from ``node`` afterwards (the next run
+    pulls it again)."""
+    try:
+        yield
+    finally:
+        client = node.client()
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.api.remove_image(image, force=True)
+        client.close()
+
+
+async def test_an_image_from_a_registry_is_pulled_in_pulling_with_its_progress(
+    tmp_path: Path, swarm_engines: Engines, registry: tuple[Registry, str]
+) -> None:
+    serving, image = registry
+    node = serving.node
+    agents = [swarm_engines.agent(node, SLOTS)]
+    with _pulled_away(node, image):
+        async with _manager(tmp_path, swarm_engines, agents=agents) as mgr:
+            session = await mgr.create({"image": image, "resources": SMALL}, "alice")
+            shown: list[dict[str, Any]] = []  # the agent's record, as the API shows it
+            while not (now := await mgr.get(session.id)).status.is_terminal:
+                if now.status is Status.PULLING and now.status_data.get("pulling"):
+                    shown.append(now.status_data["pulling"]["agents"][node.name])
+                if now.status is Status.RUNNING:
+                    break
+                await asyncio.sleep(0.05)
+            assert now.status is Status.RUNNING, (now.status_info, now.status_data)
+            history = [h.status for h in now.status_history]
+            assert history.index(Status.PULLING) == history.index(Status.PREPARING) + 1
+            final = now.status_data["pulling"]["agents"][node.name]
+            assert (final["from"], final["progress"]) == ("registry", 1.0)
+            assert {entry["from"] for entry in shown} == {"registry"}
+            moving = [e["progress"] for e in shown if 0 < e.get("progress", 0) < 1]
+            assert len(set(moving)) >= 2, shown  # it moved while the session was PULLING
+            assert await _sh(mgr, session.id, "hostname") == "main1"
+
+
+async def test_a_pull_that_hangs_is_forced_out(
+    tmp_path: Path, swarm_engines: Engines, registry: tuple[Registry, str]
+) -> None:
+    serving, image = registry
+    node = serving.node
+    agents = [swarm_engines.agent(node, SLOTS)]
+    limits: dict[str, Any] = {"hang_timeout": {"PULLING": 1.5}, "watchdog_interval": 0.2}
+    with _pulled_away(node, image):
+        async with _manager(tmp_path, swarm_engines, "hang", agents=agents, **limits) as mgr:
+            session = await mgr.create({"image": image, "resources": SMALL}, "alice")
+            serving.pause()  # the registry said it has the image, and now answers nothing
+            try:
+                ended = await mgr.wait_for(session.id, {Status.ERROR}, timeout=60)
+                assert (ended.status, ended.status_info) == (Status.ERROR, "hang-timeout")
+                assert ended.status_data["hang"]["state"] == "PULLING"
+                assert Status.PULLING in [h.status for h in ended.status_history]
+            finally:  # the engine's pull fails at once; the next test gets a registry
+                serving.stop()
+                serving.start()
