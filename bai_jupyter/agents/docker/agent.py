@@ -17,7 +17,7 @@ from typing import Any
 
 import docker.errors
 from jupyter_core.paths import jupyter_runtime_dir
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Int, Unicode, default
 
 from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
 from ...model import ExecResult, KernelRole
@@ -98,10 +98,10 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
     )
     pids_limit = Int(4096, config=True, help="How many processes each kernel may have at once.")
     sftp_address = Unicode(
-        "127.0.0.1",
         config=True,
-        help="The host address a system session's SFTP port is published on: 127.0.0.1 "
-        "(this machine only; reach it from elsewhere through an SSH tunnel), a public "
+        help="The host address a system session's SFTP port is published on; default: "
+        "`address` where set (the engine's machine as this host reaches it), else 127.0.0.1 "
+        "(this machine only; reach it from elsewhere through an SSH tunnel); or a public "
         "interface's address, or 0.0.0.0 (every interface). Its port is chosen by the engine.",
     )
     sftp_host = Unicode(
@@ -111,6 +111,10 @@ class DockerAgent(AgentBackend, MultiNodeAgent):
         "'gpu1.example.org'); default: sftp_address, or this machine's name when that is "
         "0.0.0.0.",
     )
+
+    @default("sftp_address")
+    def _sftp_address_default(self) -> str:
+        return self.address or "127.0.0.1"
 
     def __init__(self, agent_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(agent_id, **kwargs)
