@@ -531,3 +531,35 @@ async def test_a_pull_that_hangs_is_forced_out(
             finally:  # the engine's pull fails at once; the next test gets a registry
                 serving.stop()
                 serving.start()
+
+
+async def test_a_system_session_on_a_remote_agent_serves_sftp_at_its_address(
+    tmp_path: Path, swarm_engines: Engines
+) -> None:
+    """``sftp_address`` defaults to the agent's ``address``: published where this host
+    reaches that machine, not on its loopback."""
+    node = swarm_engines.nodes[0]
+    async with _manager(tmp_path, swarm_engines, agents=[swarm_engines.agent(node, SLOTS)]) as mgr:
+        request = {"type": "system", "mounts": ["data"], "resources": SMALL}
+        sftp = (await _running(mgr, request)).kernels[0].info["sftp"]
+        assert (sftp["host"], sftp["known_hosts"].split()[0]) == (
+            node.address,
+            f"[{node.address}]:{sftp['port']}",
+        )
+        key, known = tmp_path / "key", tmp_path / "known_hosts"
+        key.write_text(sftp["private_key"])
+        key.chmod(0o600)
+        known.write_text(sftp["known_hosts"] + "\n")
+        (tmp_path / "sent.txt").write_text("over the engines' network\n")
+        argv = [
+            *("sftp", "-b", "-", "-P", str(sftp["port"]), "-i", str(key)),
+            *("-o", f"UserKnownHostsFile={known}", "-o", "BatchMode=yes"),
+            f"{sftp['user']}@{sftp['host']}",
+        ]
+        put = f"put {tmp_path}/sent.txt data/sent.txt\n"
+        done = await asyncio.to_thread(
+            subprocess.run, argv, input=put, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        sent = tmp_path / "folders" / "alice" / "data" / "sent.txt"
+        assert sent.read_text() == "over the engines' network\n"
