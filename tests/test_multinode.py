@@ -152,6 +152,32 @@ async def test_a_cluster_too_big_for_one_engine_runs_across_three(
         await _eventually(overlay_gone, "the overlay removed")
 
 
+async def test_roles_spread_over_the_engines_say_where_each_kernel_runs(
+    tmp_path: Path, swarm_engines: Engines
+) -> None:
+    """main (600m) and three workers (300m): 1.5g fits no engine, so the kernels are spread;
+    each knows its role, its rank and its rank on its own engine."""
+    roles = [
+        {"name": "main", "resources": BIG},
+        {"name": "worker", "replicas": 3, "resources": SMALL},
+    ]
+    async with _manager(tmp_path, swarm_engines) as mgr:
+        session = await _running(mgr, {"cluster_mode": "multi-node", "roles": roles})
+        hosts = [k.hostname for k in session.kernels]
+        assert hosts == ["main1", "worker1", "worker2", "worker3"]
+        on = {k.hostname: k.agent_id for k in session.kernels}
+        assert len(set(on.values())) >= 2 and len(set(on.values())) < len(hosts)  # shared too
+        script = "echo $BACKENDAI_CLUSTER_ROLE $RANK $BACKENDAI_CLUSTER_LOCAL_RANK"
+        for rank, host in enumerate(hosts):
+            local = [h for h in hosts if on[h] == on[host]].index(host)
+            role = host.rstrip("0123456789")
+            assert await _sh(mgr, session.id, script, kernel=host) == f"{role} {rank} {local}"
+            here = _containers(_node(swarm_engines, on[host]), session.id)
+            assert host in {c["Labels"]["ai.backend.bai-jupyter.cluster-host"] for c in here}
+        far = next(h for h in hosts if on[h] != on["main1"])
+        assert await _sh(mgr, session.id, f"ssh {far} hostname") == far
+
+
 async def test_an_image_on_one_engine_is_copied_to_the_others_in_pulling(
     tmp_path: Path, swarm_engines: Engines, kernel_image: str
 ) -> None:
@@ -331,6 +357,11 @@ async def test_a_lost_engine_ends_only_its_sessions_and_is_cleaned_when_back(
             return bool(view[doomed.name]["schedulable"])
 
         assert not await schedulable()
+        # A new session is placed on the engines that answer, never on the lost one (which,
+        # free of its ended sessions, would be as good a fit as the third).
+        kept = await _running(mgr, {**SPREAD, "cluster_size": 2})
+        assert doomed.name not in {k.agent_id for k in kept.kernels}
+        await mgr.destroy(kept.id)
 
         await asyncio.to_thread(doomed.start)
         await _eventually(schedulable, f"{doomed.name} reconciled once it answers again")
