@@ -426,6 +426,10 @@ def ssh_login(node: Node, folder: Path) -> Iterator[SSHLogin]:
         f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPidFile none\nUsePAM no\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         "PermitRootLogin prohibit-password\nStrictModes no\nLogLevel VERBOSE\n"
+        # bash runs the forced command and, started by sshd as a top-level shell, would
+        # read root's ~/.bashrc first (this machine's may run pyenv, which waits on a
+        # lock): at level 2 it does not.
+        "SetEnv SHLVL=1\n"
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation
     log = (folder / "sshd.log").open("wb")
