@@ -137,6 +137,19 @@ _bai_apt_install() {
         apt-get install -y -o Dpkg::Options::=--force-confold "$@" || return 1
 }
 
+# apt-get install packages that hold services without starting them: a policy-rc.d
+# that says no (Debian's own switch, read by invoke-rc.d and deb-systemd-invoke) while
+# they install, unless the machine has one already (as container images do).
+_bai_apt_install_unstarted() {
+    local policy=/usr/sbin/policy-rc.d made=0 rc=0
+    if _bai_is_root && [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made=1
+    fi
+    _bai_apt_install "$@" || rc=$?
+    if [ "$made" = 1 ]; then rm -f "$policy"; fi
+    return "$rc"
+}
+
 # Start dockerd in the background (detached from this shell) and wait for it.
 _bai_start_dockerd() {
     if ! _bai_is_root; then
@@ -197,11 +210,26 @@ _bai_setup_docker_steps() {
     if ! command -v chromium >/dev/null 2>&1; then
         missing+=(chromium)
     fi
+    # The multi-node tests start their own sshd (ssh:// agents) and registry (PULLING),
+    # and run the rsync client (rsync to a system session): installed, never started.
+    local tools=()
+    if [ ! -x /usr/sbin/sshd ]; then
+        tools+=(openssh-server)
+    fi
+    if ! command -v docker-registry >/dev/null 2>&1; then
+        tools+=(docker-registry)
+    fi
+    if ! command -v rsync >/dev/null 2>&1; then
+        tools+=(rsync)
+    fi
+    if [ "${#tools[@]}" -gt 0 ]; then
+        _bai_apt_install_unstarted "${tools[@]}" || true
+    fi
     if [ "${#missing[@]}" -gt 0 ]; then
         _bai_apt_install "${missing[@]}" ||
-            # debootstrap and chromium are optional here: the image may be up to
-            # date, or a registry reachable (the build says clearly if it needed
-            # debootstrap); the browser tests fail under CI=true without chromium.
+            # Only docker.io is needed here: the image may be up to date, or a
+            # registry reachable (the build says clearly if it needed debootstrap);
+            # the tests that need the others fail under CI=true without them.
             [[ " ${missing[*]} " != *" docker.io "* ]] || return 1
     fi
     # 2. An engine that answers.

@@ -215,3 +215,21 @@ def swarm_engines(kernel_image: str) -> Iterator[Any]:
         skip_or_fail(f"several Docker engines need {', '.join(missing)} (iproute2, util-linux)")
     with engines_harness.running(kernel_image, outside=1) as engines:
         yield engines
+
+
+@pytest.fixture(scope="session")
+def registry(swarm_engines: Any, kernel_image: str) -> Iterator[tuple[Any, str]]:
+    """A registry that the engine outside the Swarm pulls from over a slow link, holding
+    the kernel image plus a layer under a name of its own (pushed once, kept between
+    runs; that engine holds no copy), and that name (see ``engines_harness.Registry``)."""
+    import engines_harness
+
+    if shutil.which("docker-registry") is None:
+        skip_or_fail("no docker-registry (apt-get install docker-registry)")
+    registry = engines_harness.running_registry(swarm_engines)
+    try:
+        image = registry.publish(kernel_image, docker_client())
+        registry.throttle()
+        yield registry, image
+    finally:
+        registry.stop()

@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -367,6 +368,206 @@ def _parallel(jobs: list[Any]) -> None:
         thread.join()
     if errors:
         raise errors[0]
+
+
+@dataclass
+class SSHLogin:
+    """An sshd on a node that relays a login to the node's engine, and the client's side."""
+
+    #: The agent's endpoint: ``ssh://root@ADDRESS``.
+    endpoint: str
+    #: A home directory with ``.ssh/id_ed25519`` and ``.ssh/known_hosts`` for that login.
+    home: Path
+    #: The listening sshd (as root's shell runs it in the node's namespace).
+    proc: subprocess.Popen[bytes]
+
+    def drop_connections(self, strict: bool = True) -> None:
+        """End every connection, as a reboot of the engine's machine would (the listener
+        stays): SIGKILL to the listener's descendants. ``strict``: there must be one."""
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    children.setdefault(ppid, []).append(int(entry.name))
+        todo, found = [self.proc.pid], []
+        while todo:
+            found += (kids := children.get(todo.pop(), []))
+            todo += kids
+        if strict and not found:
+            raise RuntimeError("no SSH connection to drop")
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _keygen(path: Path, comment: str) -> str:
+    """A new ed25519 key pair at ``path`` (no passphrase); its public line."""
+    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path))
+    return path.with_suffix(".pub").read_text().strip()
+
+
+@contextlib.contextmanager
+def ssh_login(node: Node, folder: Path) -> Iterator[SSHLogin]:
+    """OpenSSH's sshd in ``node``'s network namespace on its address, port 22: one key may
+    log in as root, and only to run ``docker system dial-stdio`` against the node's engine
+    (a forced command, as docs/multinode.md advises); the client's key and known_hosts
+    are under ``SSHLogin.home``."""
+    home = folder / "home"
+    (home / ".ssh").mkdir(parents=True, mode=0o700)
+    host_public = _keygen(folder / "host_key", "bai-test-host")
+    client_public = _keygen(home / ".ssh" / "id_ed25519", "bai-test-manager")
+    dial = f"docker -H {node.endpoint} system dial-stdio"
+    (folder / "authorized_keys").write_text(f'command="{dial}",restrict {client_public}\n')
+    (home / ".ssh" / "known_hosts").write_text(f"{node.address} {host_public}\n")
+    config = folder / "sshd_config"
+    config.write_text(
+        f"ListenAddress {node.address}:22\nHostKey {folder / 'host_key'}\n"
+        f"AuthorizedKeysFile {folder / 'authorized_keys'}\nPidFile none\nUsePAM no\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nLogLevel VERBOSE\n"
+        # bash runs the forced command and, started by sshd as a top-level shell, would
+        # read root's ~/.bashrc first (this machine's may run pyenv, which waits on a
+        # lock): at level 2 it does not.
+        "SetEnv SHLVL=1\n"
+    )
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation
+    log = (folder / "sshd.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            *("nsenter", f"--net=/run/netns/{node.netns}"),
+            *("/usr/sbin/sshd", "-D", "-e", "-f", str(config)),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    login = SSHLogin(f"ssh://root@{node.address}", home, proc)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection((node.address, 22), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"sshd on {node.name} did not listen: {(folder / 'sshd.log').read_text()}"
+                    ) from None
+                time.sleep(0.05)
+        yield login
+    finally:
+        login.drop_connections(strict=False)  # a connection's sshd outlives the listener
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+@dataclass
+class Registry:
+    """Debian's ``docker-registry`` (distribution 2.8) on 127.0.0.1:5000 in one node's
+    network namespace: that node's engine pulls from it over loopback, which Docker
+    trusts without TLS. Its storage is kept between runs (under the slot's data roots),
+    so an image is pushed once."""
+
+    node: Node
+    storage: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    ADDRESS = "127.0.0.1:5000"
+
+    def start(self) -> None:
+        self.storage.mkdir(parents=True, exist_ok=True)
+        config = self.log.with_name("registry.yml")
+        config.write_text(
+            "version: 0.1\nlog: {level: warn}\nstorage:\n  delete: {enabled: true}\n"
+            f"  filesystem: {{rootdirectory: '{self.storage}'}}\nhttp: {{addr: '{self.ADDRESS}'}}\n"
+        )
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    *("nsenter", f"--net=/run/netns/{self.node.netns}"),
+                    *("docker-registry", "serve", str(config)),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + 10
+        while not self._answers():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the registry did not start: {self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        """Whether ``/v2/`` answers (asked from inside the node's namespace)."""
+        url = f"http://{self.ADDRESS}/v2/"
+        code = f"import urllib.request as r; r.urlopen({url!r}, timeout=1)"
+        probe = ["nsenter", f"--net=/run/netns/{self.node.netns}", sys.executable, "-c", code]
+        return subprocess.run(probe, capture_output=True, check=False).returncode == 0
+
+    def pause(self) -> None:
+        """Stop it dead (SIGSTOP): connections are accepted and never answered."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def stop(self) -> None:
+        """Kill it (a paused one too): the pulls it was serving fail."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def publish(self, kernel_image: str, source: Any) -> str:
+        """The kernel image (from the default engine, ``source``) plus a layer of its own
+        (8 MiB of random bytes) as ``127.0.0.1:5000/bai-test/pulled:…``, pushed unless the
+        registry has it; the node keeps the kernel image, not that one: a pull of it
+        fetches that layer only (quick; long enough to watch over a throttled link)."""
+        _ensure_image(self.node, kernel_image)
+        name = f"{self.ADDRESS}/bai-test/pulled"
+        tag = source.api.inspect_image(kernel_image)["Id"].split(":")[1][:12]
+        client = self.node.client(timeout=600)
+        try:
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.inspect_distribution(f"{name}:{tag}")
+                return f"{name}:{tag}"
+            made = client.api.create_container(
+                kernel_image,
+                command=["sh", "-c", "head -c 8M /dev/urandom > /opt/bai-test-payload"],
+                network_disabled=True,
+            )
+            try:
+                client.api.start(made["Id"])
+                client.api.wait(made["Id"])
+                client.api.commit(made["Id"], repository=name, tag=tag)
+            finally:
+                client.api.remove_container(made["Id"], force=True)
+            for line in client.api.push(name, tag, stream=True, decode=True):
+                if line.get("error"):
+                    raise RuntimeError(f"pushing {name}:{tag}: {line['error']}")
+            client.api.remove_image(f"{name}:{tag}")
+        finally:
+            client.close()
+        return f"{name}:{tag}"
+
+    def throttle(self, rate: str = "32mbit") -> None:
+        """Limit the node's loopback (the registry's only link) to ``rate`` (tc's token
+        bucket): a real slow link, so a pull lasts long enough to be watched."""
+        _run(
+            *("ip", "netns", "exec", self.node.netns, "tc", "qdisc", "replace", "dev", "lo"),
+            *("root", "tbf", "rate", rate, "burst", "128kb", "latency", "100ms"),
+        )
+
+
+def running_registry(engines: Engines) -> Registry:
+    """A started :class:`Registry` in the namespace of the engine outside the Swarm."""
+    node = engines.outside[0]
+    registry = Registry(
+        node, STATE_ROOT / str(engines.slot) / "registry", node.run_dir / "registry.log"
+    )
+    registry.start()
+    return registry
 
 
 def missing_tools() -> list[str]:

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import pytest
 from endpoint_harness import endpoint_request
 from test_server_harness import MULTI_USER, Server, end_all, start_server
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+from bai_jupyter.model import Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -213,6 +216,31 @@ async def test_load_adds_replicas_and_quiet_removes_them(server: Server, kernel_
     await api(server, "DELETE", "endpoints/up")
 
 
+async def test_requests_per_second_add_replicas_and_quiet_removes_them(
+    server: Server, kernel_image: str
+) -> None:
+    """The ``rps`` metric: requests answered per second over the window (the target is per
+    replica), as the endpoint's load shows it."""
+    window = 2
+    scaling = {"min_replicas": 1, "max_replicas": 2, "metric": "rps", "target": 4, "window": window}
+    await api(server, "POST", "endpoints", endpoint_request("rps", kernel_image, scaling=scaling))
+    await wait_until(server, "rps", ready(1))
+    load = LoadGenerator(server, "rps", workers=2)  # each ~10 requests/s: far above 4
+    async with load.running():
+        view = await wait_until(server, "rps", ready(2))
+        await asyncio.sleep(window)
+        shown = (await api(server, "GET", "endpoints/rps"))["load"]["rps"]
+        now = time.monotonic()
+        sent = len([r for r in load.results if r[0] > now - window])
+    assert load.failures() == [], load.failures()[:5]
+    assert 0.5 < shown / (sent / window) < 2, (shown, sent)  # what was sent
+    reasons = [d["reason"] for d in view["decisions"]]
+    assert any("requests/s over the last" in r and "more replicas" in r for r in reasons), reasons
+    view = await wait_until(server, "rps", lambda v: v["desired"] == 1 and ready(1)(v), 60)
+    assert any("one fewer" in d["reason"] for d in view["decisions"]), view["decisions"]
+    await api(server, "DELETE", "endpoints/rps")
+
+
 async def test_a_killed_replica_costs_only_its_requests_in_flight(
     server: Server, kernel_image: str
 ) -> None:
@@ -231,6 +259,48 @@ async def test_a_killed_replica_costs_only_its_requests_in_flight(
     assert len(load.results) > 50
     reasons = [d["reason"] for d in view["decisions"]]
     assert any(victim[:12] in r and "replaced" in r for r in reasons), reasons
+    await api(server, "DELETE", "endpoints/kill")
+
+
+async def test_a_replica_waits_in_the_scheduler_queue_while_the_agent_is_full(
+    server: Server, kernel_image: str
+) -> None:
+    """Replicas are sessions like any other: with no room, one waits in the queue (the
+    endpoint, the session and the scheduler say so) and starts once room is made."""
+    deadline = time.monotonic() + 60
+    while True:  # the replicas of the tests before have ended
+        (agent,) = (await api(server, "GET", "agents", token="admin-token"))["agents"]
+        if not Decimal(str(agent["occupied"].get("cpu", 0))):
+            break
+        assert time.monotonic() < deadline, agent
+        await asyncio.sleep(0.3)
+    room = Decimal(str(agent["capacity"]["cpu"])) - Decimal("0.1")  # all but 0.1 cpu
+    blocker = await api(server, "POST", "sessions", {"resources": {"cpu": str(room)}})
+    try:
+        running = await server.client(ALICE).wait_for(blocker["id"], {Status.RUNNING}, 120)
+        assert running.status is Status.RUNNING, running.status_data
+        await api(server, "POST", "endpoints", endpoint_request("full", kernel_image))
+        view = await wait_until(
+            server, "full", lambda v: v["state"] == "queued" and bool(v["replicas"])
+        )
+        (replica,) = view["replicas"]
+        assert replica["status"] == "PENDING"
+        sid = replica["session_id"]
+
+        async def why() -> dict[str, Any]:
+            queue = await api(server, "GET", "scheduler")
+            entries = queue["resource_groups"]["default"]["queue"]
+            return next((e for e in entries if e.get("session_id") == sid), {})
+
+        deadline = time.monotonic() + 30
+        while not (entry := await why()).get("scheduler", {}).get("retries"):
+            assert time.monotonic() < deadline, entry
+            await asyncio.sleep(0.3)
+        assert entry["scheduler"]["msg"], entry  # why it waits
+    finally:
+        await api(server, "DELETE", f"sessions/{blocker['id']}")
+    await wait_until(server, "full", ready(1))
+    await api(server, "DELETE", "endpoints/full")
 
 
 async def test_an_unhealthy_replica_is_taken_out_then_replaced(
@@ -256,22 +326,40 @@ async def test_an_unhealthy_replica_is_taken_out_then_replaced(
     await api(server, "DELETE", "endpoints/sick")
 
 
-async def test_a_rolling_update_fails_no_request(server: Server, kernel_image: str) -> None:
+async def test_a_rolling_update_of_image_and_resources_fails_no_request(
+    server: Server, kernel_image: str, docker_engine: Any
+) -> None:
     request = endpoint_request("roll", kernel_image)
     await two_ready(server, request)
-    load = LoadGenerator(server, "roll", workers=4)
-    async with load.running():
-        await asyncio.sleep(1)
-        replica = {**request["replica"], "env": {"MODEL_VERSION": "2"}}
-        updated = await api(server, "PATCH", "endpoints/roll", {"replica": replica})
-        assert updated["generation"] == 2
-        await wait_until(server, "roll", ready(2, generation=2))
-        await asyncio.sleep(1)
-    assert load.failures() == [], load.failures()[:5]
-    versions = [r[2]["version"] for r in load.results]
-    assert versions[0] == "1" and versions[-1] == "2"
-    assert "1" not in versions[versions.index("2") + len(versions) // 2 :]  # it moved on
-    await api(server, "DELETE", "endpoints/roll")
+    rolled = "bai-jupyter/python:rolled-test"  # a second image, same content
+    docker_engine.api.tag(kernel_image, *rolled.split(":"))
+    try:
+        load = LoadGenerator(server, "roll", workers=4)
+        async with load.running():
+            await asyncio.sleep(1)
+            replica = {
+                **request["replica"],
+                "image": rolled,
+                "resources": {"cpu": "0.5", "mem": "320m"},
+                "env": {"MODEL_VERSION": "2"},
+            }
+            updated = await api(server, "PATCH", "endpoints/roll", {"replica": replica})
+            assert updated["generation"] == 2
+            view = await wait_until(server, "roll", ready(2, generation=2))
+            await asyncio.sleep(1)
+        assert load.failures() == [], load.failures()[:5]
+        versions = [r[2]["version"] for r in load.results]
+        assert versions[0] == "1" and versions[-1] == "2"
+        assert "1" not in versions[versions.index("2") + len(versions) // 2 :]  # it moved on
+        for new in view["replicas"]:  # the new replicas run the new image, with the new slots
+            container = docker_engine.api.inspect_container(f"bai-{new['session_id'][:12]}-main1")
+            limits = container["HostConfig"]
+            assert container["Config"]["Image"] == rolled
+            assert (limits["NanoCpus"], limits["Memory"]) == (500_000_000, 320 << 20)
+        await api(server, "DELETE", "endpoints/roll")
+    finally:
+        with contextlib.suppress(Exception):
+            docker_engine.api.remove_image(rolled, noprune=True)
 
 
 async def cli(*args: str) -> tuple[int, str, str]:

@@ -9,14 +9,19 @@ proxy and an open SFTP connection, and shown by the API and ``%bai status``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
+import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 from conftest import skip_or_fail, started_manager
 from IPython.core.interactiveshell import InteractiveShell
@@ -100,6 +105,14 @@ async def _run(*argv: str, stdin: str = "") -> tuple[int, str]:
     return proc.returncode, out.decode(errors="replace")
 
 
+def _rsync(sftp: dict[str, Any], options: list[str], *paths: str, flags: str = "-a") -> list[str]:
+    """The rsync client through the session's rsync login; ``::module/…`` paths are the
+    session's (``rsync@host::module/…``)."""
+    login = f"rsync@{sftp['host']}"
+    shell = shlex.join(["ssh", "-p", str(sftp["port"]), *options])
+    return ["rsync", flags, "-e", shell, *(login + p if p.startswith("::") else p for p in paths)]
+
+
 def _sftp(sftp: dict[str, Any], options: list[str]) -> list[str]:
     """The sftp client reading commands from its standard input."""
     return ["sftp", "-b", "-", "-P", str(sftp["port"]), *options, f"{sftp['user']}@{sftp['host']}"]
@@ -119,7 +132,7 @@ async def test_sftp_reaches_only_the_owners_folders(
 
     # The login: for everyone who may read the session, the key only for its owner.
     shown = (await _view(server, "alice-token", made.id))["sftp"]
-    assert set(shown) == {"host", "port", "user", "known_hosts", "command"}
+    assert set(shown) == {"host", "port", "user", "known_hosts", "command", "rsync"}
     assert shown["user"] == "work" and shown["host"] == "127.0.0.1"
     sftp = (await _view(server, "alice-token", made.id, "?connection=true"))["sftp"]
     assert sftp["private_key"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
@@ -162,6 +175,9 @@ async def test_sftp_reaches_only_the_owners_folders(
     assert code != 0 and "sftp connections only" in out and "root:" not in out
     code, out = await _run("ssh", "-p", str(sftp["port"]), *options, "-W", "127.0.0.1:2200", where)
     assert code != 0 and "prohibited" in out, out
+    # The default image has no rsync: its login says so (and runs nothing else).
+    code, out = await _run(*_rsync(sftp, options, f"{tmp_path}/upload.txt", "::work/data/"))
+    assert code != 0 and "the image of this system session has no rsync" in out, out
 
     # A compute session mounting the folder reads what came in.
     job = await alice.create(
@@ -170,6 +186,82 @@ async def test_sftp_reaches_only_the_owners_folders(
     done = await alice.wait_for(job.id, {Status.TERMINATED}, timeout=90)
     assert done.result is SessionResult.SUCCESS
     assert "sent over sftp" in await alice.logs(job.id)
+
+
+@pytest.fixture(scope="module")
+def rsync_image(kernel_image: str, docker_engine: Any) -> str:
+    """The kernel image (which has no rsync) with this host's rsync in it: its binary and
+    the one library the image lacks (libpopt), from the same Debian release; made once."""
+    if shutil.which("rsync") is None:
+        skip_or_fail("no rsync (apt-get install rsync)")
+    kernel = docker_engine.api.inspect_image(kernel_image)
+    tag = kernel["Id"].split(":")[1][:12]
+    image = f"bai-jupyter/test-rsync:{tag}"
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker_engine.api.inspect_image(image)
+        return image
+    listed = subprocess.run(["dpkg", "-L", "libpopt0"], capture_output=True, text=True).stdout
+    files = ["/usr/bin/rsync", *(f for f in listed.split() if ".so" in f)]
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for file in files:
+            tar.add(file, arcname=file.lstrip("/"))
+    made = docker_engine.api.create_container(kernel_image, command=["rsync", "--version"])
+    try:
+        docker_engine.api.put_archive(made["Id"], "/", archive.getvalue())
+        docker_engine.api.start(made["Id"])
+        if docker_engine.api.wait(made["Id"])["StatusCode"] != 0:
+            out = docker_engine.api.logs(made["Id"]).decode(errors="replace")
+            skip_or_fail(f"this host's rsync does not run in {kernel_image}: {out}")
+        cmd = json.dumps(kernel["Config"]["Cmd"])  # the kernel image's, not the check's
+        docker_engine.api.commit(made["Id"], *image.split(":"), changes=[f"CMD {cmd}"])
+    finally:
+        docker_engine.api.remove_container(made["Id"], force=True)
+    return image
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_rsync_over_ssh_reaches_only_the_data_folders(
+    server: Server, root: Path, tmp_path: Path, rsync_image: str
+) -> None:
+    alice = server.client("alice-token")
+    request = {"type": "system", "image": rsync_image, "mounts": ["synced"], "resources": SMALL}
+    made = await alice.create(request)
+    assert (await alice.wait_for(made.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
+    sftp = (await _view(server, "alice-token", made.id, "?connection=true"))["sftp"]
+    where = f"rsync@{sftp['host']}::work/FOLDER/"
+    assert sftp["rsync"] == f"rsync -a -e 'ssh -p {sftp['port']} -i KEY_FILE' LOCAL_DIR/ {where}"
+    key = tmp_path / "key"
+    key.write_text(sftp["private_key"])
+    key.chmod(0o600)
+    options = _ssh_options(tmp_path, sftp, key)
+
+    sent = tmp_path / "sent"
+    (sent / "sub").mkdir(parents=True)
+    (sent / "a.txt").write_text("sent by rsync\n")
+    (sent / "sub" / "b.txt").write_text("and its folder\n")
+    code, out = await _run(*_rsync(sftp, options, f"{sent}/", "::work/synced/up/"))
+    assert code == 0, out
+    folder = root / "folders" / "alice" / "synced"
+    assert (folder / "up" / "sub" / "b.txt").read_text() == "and its folder\n"
+    code, out = await _run(*_rsync(sftp, options, "::work/synced/up/", f"{tmp_path}/back/"))
+    assert code == 0, out
+    assert (tmp_path / "back" / "a.txt").read_text() == "sent by rsync\n"
+
+    # rsync's daemon is chrooted to the data folders: a symlink a kernel left there (to the
+    # runtime's files, with the session's keys), followed (-L), and a path above the
+    # module lead to nothing outside them.
+    (folder / "keys").symlink_to("/home/config")
+    got = tmp_path / "got"
+    for path, flags in (("::work/synced/keys/", "-aL"), ("::work/../../etc/passwd", "-a")):
+        code, out = await _run(*_rsync(sftp, options, path, f"{got}/", flags=flags))
+        assert code != 0, out
+        assert not got.exists() or not any(got.iterdir()), out
+    # No command but rsync's daemon runs for this login.
+    login = f"rsync@{sftp['host']}"
+    code, out = await _run("ssh", "-p", str(sftp["port"]), *options, login, "cat /etc/passwd")
+    assert "@RSYNCD:" in out and "root:" not in out, out
 
 
 @pytest.mark.docker

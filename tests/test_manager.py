@@ -25,6 +25,7 @@ from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import SessionResult, Status
+from bai_jupyter.request import Template
 from bai_jupyter.store import Store
 
 pytestmark = pytest.mark.timeout(180)
@@ -151,6 +152,43 @@ async def test_roles_give_each_kernel_its_image_size_and_name(
     assert "BACKENDAI_CLUSTER_REPLICAS=main:1,worker:2" in env and "W=1" in env
     assert await _sh(docker_manager, sid, "ssh worker2 hostname") == "worker2"
     assert await _sh(docker_manager, sid, "ssh main1 hostname", kernel="worker1") == "main1"
+
+
+@pytest.mark.docker
+async def test_roles_from_a_template_each_with_its_own_mounts(
+    docker_manager: BaiSessionManager, tmp_path: Path
+) -> None:
+    """A template defines the roles; the workers mount a folder of their own beside the
+    session's; the request adds to the template (env) without naming the roles again."""
+    template = {
+        "name": "trainer",
+        "spec": {
+            "resources": {"cpu": "0.25", "mem": "256m"},
+            "mounts": ["shared"],
+            "roles": [
+                {"name": "main"},
+                {"name": "worker", "replicas": 2, "mounts": ["scratch"], "env": {"W": "1"}},
+            ],
+        },
+    }
+    await docker_manager.templates.put(Template.from_json(template))
+    made = await docker_manager.create({"env": {"ASKED": "1"}}, "alice", template="trainer")
+    ready = await docker_manager.wait_for(made.id, RUNNING, timeout=90)
+    assert ready.status is Status.RUNNING, (ready.status, ready.status_data)
+    sid = ready.id
+    assert [k.hostname for k in ready.kernels] == ["main1", "worker1", "worker2"]
+    env = await _sh(docker_manager, sid, "env | sort", kernel="worker2")
+    assert "BACKENDAI_CLUSTER_REPLICAS=main:1,worker:2" in env
+    assert "W=1" in env and "ASKED=1" in env
+    listing = "ls -d shared scratch 2>/dev/null; true"
+    assert (await _sh(docker_manager, sid, listing)).split() == ["shared"]
+    assert (await _sh(docker_manager, sid, listing, kernel="worker1")).split() == [
+        "scratch",
+        "shared",
+    ]
+    await _sh(docker_manager, sid, "hostname > scratch/by", kernel="worker2")
+    assert (tmp_path / "folders" / "alice" / "scratch" / "by").read_text() == "worker2\n"
+    assert await _sh(docker_manager, sid, "cat scratch/by", kernel="worker1") == "worker2"
 
 
 async def test_batch_failure_cancels_dependant_and_keeps_logs(manager: BaiSessionManager) -> None:

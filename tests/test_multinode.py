@@ -19,12 +19,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 from conftest import started_manager
-from engines_harness import TEST_REPO, Engines, Node
+from engines_harness import TEST_REPO, Engines, Node, Registry, ssh_login
 from test_server_harness import serving
 
 from bai_jupyter import kernelspecs
+from bai_jupyter.agents.base import AgentError
+from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
@@ -147,6 +150,32 @@ async def test_a_cluster_too_big_for_one_engine_runs_across_three(
             return not _overlay(swarm_engines, sid)
 
         await _eventually(overlay_gone, "the overlay removed")
+
+
+async def test_roles_spread_over_the_engines_say_where_each_kernel_runs(
+    tmp_path: Path, swarm_engines: Engines
+) -> None:
+    """main (600m) and three workers (300m): 1.5g fits no engine, so the kernels are spread;
+    each knows its role, its rank and its rank on its own engine."""
+    roles = [
+        {"name": "main", "resources": BIG},
+        {"name": "worker", "replicas": 3, "resources": SMALL},
+    ]
+    async with _manager(tmp_path, swarm_engines) as mgr:
+        session = await _running(mgr, {"cluster_mode": "multi-node", "roles": roles})
+        hosts = [k.hostname for k in session.kernels]
+        assert hosts == ["main1", "worker1", "worker2", "worker3"]
+        on = {k.hostname: k.agent_id for k in session.kernels}
+        assert len(set(on.values())) >= 2 and len(set(on.values())) < len(hosts)  # shared too
+        script = "echo $BACKENDAI_CLUSTER_ROLE $RANK $BACKENDAI_CLUSTER_LOCAL_RANK"
+        for rank, host in enumerate(hosts):
+            local = [h for h in hosts if on[h] == on[host]].index(host)
+            role = host.rstrip("0123456789")
+            assert await _sh(mgr, session.id, script, kernel=host) == f"{role} {rank} {local}"
+            here = _containers(_node(swarm_engines, on[host]), session.id)
+            assert host in {c["Labels"]["ai.backend.bai-jupyter.cluster-host"] for c in here}
+        far = next(h for h in hosts if on[h] != on["main1"])
+        assert await _sh(mgr, session.id, f"ssh {far} hostname") == far
 
 
 async def test_an_image_on_one_engine_is_copied_to_the_others_in_pulling(
@@ -328,6 +357,11 @@ async def test_a_lost_engine_ends_only_its_sessions_and_is_cleaned_when_back(
             return bool(view[doomed.name]["schedulable"])
 
         assert not await schedulable()
+        # A new session is placed on the engines that answer, never on the lost one (which,
+        # free of its ended sessions, would be as good a fit as the third).
+        kept = await _running(mgr, {**SPREAD, "cluster_size": 2})
+        assert doomed.name not in {k.agent_id for k in kept.kernels}
+        await mgr.destroy(kept.id)
 
         await asyncio.to_thread(doomed.start)
         await _eventually(schedulable, f"{doomed.name} reconciled once it answers again")
@@ -436,3 +470,127 @@ async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines:
     plain = {"id": "plain", "endpoint": endpoint, "slots": SLOTS}
     async with _manager(tmp_path, swarm_engines, "plain", agents=[plain]) as mgr:
         assert not await mgr.core.agents["plain"].available()  # the engine wants a certificate
+
+
+async def test_an_agent_reached_over_ssh(
+    tmp_path: Path, swarm_engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ssh://``: the engine is reached through the node's sshd, whose forced command runs
+    ``docker system dial-stdio`` there; the engine does not see this host's files."""
+    node = swarm_engines.nodes[2]
+    (tmp_path / "ssh").mkdir()
+    with ssh_login(node, tmp_path / "ssh") as login:
+        entry = swarm_engines.agent(node, SLOTS, id="far", endpoint=login.endpoint)
+        monkeypatch.setenv("HOME", str(tmp_path))  # no known_hosts: the host is refused
+        async with _manager(tmp_path, swarm_engines, "unknown", agents=[entry]) as mgr:
+            far = mgr.core.agents["far"]
+            assert isinstance(far, DockerAgent)
+            refused = r"add the host key of ssh://root@\S+ to ~/.ssh/known_hosts"
+            with pytest.raises(AgentError, match=refused):
+                await far.engine.api()
+
+        monkeypatch.setenv("HOME", str(login.home))
+        async with _manager(tmp_path, swarm_engines, "ssh", agents=[entry]) as mgr:
+            far = mgr.core.agents["far"]
+            assert isinstance(far, DockerAgent) and not far.local
+            session = await _running(mgr, {"resources": SMALL})
+            assert await _sh(mgr, session.id, "hostname") == "main1"
+            login.drop_connections()  # the machine rebooted: the next call connects anew
+            assert await _sh(mgr, session.id, "hostname") == "main1"
+            here = _containers(node, session.id)
+            assert [c["Labels"]["ai.backend.bai-jupyter.cluster-host"] for c in here] == ["main1"]
+            await mgr.destroy(session.id)
+            assert _containers(node, session.id) == []
+
+
+@contextlib.contextmanager
+def _pulled_away(node: Node, image: str) -> Iterator[None]:
+    """What a test pulled of ``image`` is removed from ``node`` afterwards (the next run
+    pulls it again)."""
+    try:
+        yield
+    finally:
+        client = node.client()
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.api.remove_image(image, force=True)
+        client.close()
+
+
+async def test_an_image_from_a_registry_is_pulled_in_pulling_with_its_progress(
+    tmp_path: Path, swarm_engines: Engines, registry: tuple[Registry, str]
+) -> None:
+    serving, image = registry
+    node = serving.node
+    agents = [swarm_engines.agent(node, SLOTS)]
+    with _pulled_away(node, image):
+        async with _manager(tmp_path, swarm_engines, agents=agents) as mgr:
+            session = await mgr.create({"image": image, "resources": SMALL}, "alice")
+            shown: list[dict[str, Any]] = []  # the agent's record, as the API shows it
+            while not (now := await mgr.get(session.id)).status.is_terminal:
+                if now.status is Status.PULLING and now.status_data.get("pulling"):
+                    shown.append(now.status_data["pulling"]["agents"][node.name])
+                if now.status is Status.RUNNING:
+                    break
+                await asyncio.sleep(0.05)
+            assert now.status is Status.RUNNING, (now.status_info, now.status_data)
+            history = [h.status for h in now.status_history]
+            assert history.index(Status.PULLING) == history.index(Status.PREPARING) + 1
+            final = now.status_data["pulling"]["agents"][node.name]
+            assert (final["from"], final["progress"]) == ("registry", 1.0)
+            assert {entry["from"] for entry in shown} == {"registry"}
+            moving = [e["progress"] for e in shown if 0 < e.get("progress", 0) < 1]
+            assert len(set(moving)) >= 2, shown  # it moved while the session was PULLING
+            assert await _sh(mgr, session.id, "hostname") == "main1"
+
+
+async def test_a_pull_that_hangs_is_forced_out(
+    tmp_path: Path, swarm_engines: Engines, registry: tuple[Registry, str]
+) -> None:
+    serving, image = registry
+    node = serving.node
+    agents = [swarm_engines.agent(node, SLOTS)]
+    limits: dict[str, Any] = {"hang_timeout": {"PULLING": 1.5}, "watchdog_interval": 0.2}
+    with _pulled_away(node, image):
+        async with _manager(tmp_path, swarm_engines, "hang", agents=agents, **limits) as mgr:
+            session = await mgr.create({"image": image, "resources": SMALL}, "alice")
+            serving.pause()  # the registry said it has the image, and now answers nothing
+            try:
+                ended = await mgr.wait_for(session.id, {Status.ERROR}, timeout=60)
+                assert (ended.status, ended.status_info) == (Status.ERROR, "hang-timeout")
+                assert ended.status_data["hang"]["state"] == "PULLING"
+                assert Status.PULLING in [h.status for h in ended.status_history]
+            finally:  # the engine's pull fails at once; the next test gets a registry
+                serving.stop()
+                serving.start()
+
+
+async def test_a_system_session_on_a_remote_agent_serves_sftp_at_its_address(
+    tmp_path: Path, swarm_engines: Engines
+) -> None:
+    """``sftp_address`` defaults to the agent's ``address``: published where this host
+    reaches that machine, not on its loopback."""
+    node = swarm_engines.nodes[0]
+    async with _manager(tmp_path, swarm_engines, agents=[swarm_engines.agent(node, SLOTS)]) as mgr:
+        request = {"type": "system", "mounts": ["data"], "resources": SMALL}
+        sftp = (await _running(mgr, request)).kernels[0].info["sftp"]
+        assert (sftp["host"], sftp["known_hosts"].split()[0]) == (
+            node.address,
+            f"[{node.address}]:{sftp['port']}",
+        )
+        key, known = tmp_path / "key", tmp_path / "known_hosts"
+        key.write_text(sftp["private_key"])
+        key.chmod(0o600)
+        known.write_text(sftp["known_hosts"] + "\n")
+        (tmp_path / "sent.txt").write_text("over the engines' network\n")
+        argv = [
+            *("sftp", "-b", "-", "-P", str(sftp["port"]), "-i", str(key)),
+            *("-o", f"UserKnownHostsFile={known}", "-o", "BatchMode=yes"),
+            f"{sftp['user']}@{sftp['host']}",
+        ]
+        put = f"put {tmp_path}/sent.txt data/sent.txt\n"
+        done = await asyncio.to_thread(
+            subprocess.run, argv, input=put, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        sent = tmp_path / "folders" / "alice" / "data" / "sent.txt"
+        assert sent.read_text() == "over the engines' network\n"

@@ -1,8 +1,9 @@
 """System sessions: SFTP to the owner's data folders, its keys, and whether it is in use.
 
 A system session's main1 runs the runtime's ``sftp`` mode: an SFTP-only sshd
-chrooted to the data folders, its port published by the agent where people
-reach it. Its login is a key pair made for the session (the private key goes
+chrooted to the data folders (and, where the image has rsync, an rsync login:
+rsync's own daemon, chrooted there too), its port published by the agent where
+people reach it. Its login is a key pair made for the session (the private key goes
 only to the owner: ``GET sessions/{key}?connection=true``) or the owner's own
 public key from the request (``ssh_public_key``).
 """
@@ -16,7 +17,7 @@ from ..agents.base import AgentBackend, KernelStarted
 from ..errors import InvalidRequest
 from ..kernel_plan import KernelPlan, ed25519_pair
 from ..model import Session, SessionSpec, SessionType
-from ..runtime.protocol import SFTP_USER, SSH_PORT
+from ..runtime.protocol import RSYNC_MODULE, RSYNC_USER, SFTP_USER, SSH_PORT
 
 __all__ = ["check_agents", "open_connections", "record", "sftp_setup"]
 
@@ -56,7 +57,8 @@ def sftp_setup(session: Session) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def record(plan: KernelPlan, started: KernelStarted) -> dict[str, Any] | None:
-    """main1's ``info["sftp"]``: where people connect, as whom, the host key, the key."""
+    """main1's ``info["sftp"]``: where people connect, as whom, the host key, the key, and
+    the command lines of sftp and (where the image has it) rsync."""
     kept = plan.private.get("sftp")
     published = started.published.get("sftp")
     if kept is None or published is None:
@@ -70,6 +72,8 @@ def record(plan: KernelPlan, started: KernelStarted) -> dict[str, Any] | None:
         "known_hosts": f"{where} {kept['host_public_key']}",
         "private_key": kept["private_key"],
         "command": f"sftp -P {port} -i KEY_FILE {SFTP_USER}@{host}",
+        "rsync": f"rsync -a -e 'ssh -p {port} -i KEY_FILE' LOCAL_DIR/ "
+        f"{RSYNC_USER}@{host}::{RSYNC_MODULE}/FOLDER/",
     }
 
 

@@ -47,6 +47,10 @@ SSH_PORT = 2200
 #: The login of a system session's SFTP server (root's uid in the container, chrooted to
 #: WORK_DIR, SFTP only).
 SFTP_USER = "work"
+#: The login of a system session's rsync (rsync's daemon over SSH, chrooted by rsync to
+#: WORK_DIR, module RSYNC_MODULE; same key) where the image has rsync.
+RSYNC_USER = "rsync"
+RSYNC_MODULE = "work"
 
 #: Where the runtime directory is mounted (read-only) in every kernel.
 RUNTIME_MOUNT = "/opt/bai-runtime"

@@ -201,7 +201,8 @@ SCHEMAS: dict[str, Any] = {
                 "type": "object",
                 "nullable": True,
                 "description": "a running system session's SFTP server: host, port, user, "
-                "known_hosts, command; private_key with connection=true (null: none)",
+                "known_hosts, command, rsync (the rsync command line, where the image has "
+                "rsync); private_key with connection=true (null: none)",
             },
         },
     },

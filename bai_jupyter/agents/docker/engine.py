@@ -24,6 +24,7 @@ from docker.client import DockerClient
 from docker.constants import DEFAULT_DOCKER_API_VERSION
 from docker.tls import TLSConfig as _TLSConfig
 from docker.types.services import Mount as _SDKMount
+from docker.utils.utils import parse_host as _sdk_parse_host
 from docker.utils.utils import version_lt as _version_lt
 
 from ..base import AgentError
@@ -35,6 +36,7 @@ __all__ = ["BindMount", "Engine", "engine_answers", "explain", "gather_all", "un
 _SDKClient: Any = DockerClient
 _TLS: Any = _TLSConfig
 _older: Any = _version_lt
+_parse_host: Any = _sdk_parse_host
 #: A bind mount (``docker.types.Mount``; unannotated, hence ``Any``).
 BindMount: Any = _SDKMount
 
@@ -73,9 +75,49 @@ def new_client(endpoint: str | None, timeout: float, tls_dir: str = "") -> Any:
             probe.connect(path)
     if endpoint is None:
         return _SDKClient.from_env(timeout=timeout, max_pool_size=_POOL_SIZE)
+    if endpoint.startswith("ssh://"):
+        return _ssh_client(endpoint, timeout)
     if tls_dir:
         return _tls_client(endpoint, timeout, Path(tls_dir))
     return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE)
+
+
+#: The base URL the SDK gives an SSH client's requests (its SSH adapter is mounted there).
+_SSH_BASE = "http+docker://ssh"
+
+
+def _ssh_client(endpoint: str, timeout: float) -> Any:
+    """A client of an ``ssh://`` engine through :class:`.ssh.SSHAdapter` (which connects).
+
+    The SDK would make its own adapter, with no timeout on connecting: the client is made
+    for a placeholder URL (an explicit API version: no request), and the adapter mounted
+    where the SDK mounts its own; the API version is then agreed by hand."""
+    try:
+        from paramiko.ssh_exception import SSHException
+
+        from .ssh import SSHAdapter, explain_ssh
+    except ImportError as exc:
+        raise docker.errors.DockerException(
+            f"{endpoint}: an ssh:// endpoint needs paramiko: pip install 'bai-jupyter[ssh]'"
+        ) from exc
+    try:  # with its port (22 by default), as the SDK gives its own adapter the URL
+        adapter = SSHAdapter(_parse_host(endpoint, False), timeout)
+    except (SSHException, OSError) as exc:
+        raise docker.errors.DockerException(explain_ssh(endpoint, exc)) from exc
+
+    def made(version: str) -> Any:
+        client = _SDKClient(base_url="tcp://127.0.0.1:1", version=version, timeout=timeout)
+        client.api.mount(_SSH_BASE, adapter)
+        client.api.base_url = _SSH_BASE
+        return client
+
+    try:
+        server = str(made(DEFAULT_DOCKER_API_VERSION).api.version(api_version=False)["ApiVersion"])
+    except BaseException:
+        adapter.close()
+        raise
+    ours = DEFAULT_DOCKER_API_VERSION
+    return made(server if _older(server, ours) else ours)
 
 
 def _tls_client(endpoint: str, timeout: float, certs: Path) -> Any:

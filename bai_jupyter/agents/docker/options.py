@@ -7,7 +7,7 @@ in one place; not a ``Configurable`` of its own, so the config section stays
 
 from __future__ import annotations
 
-from traitlets import Bool, HasTraits, Int, Unicode
+from traitlets import Bool, HasTraits, Int, Unicode, default
 
 __all__ = ["DockerOptions"]
 
@@ -67,12 +67,13 @@ class DockerOptions(HasTraits):
     )
     pids_limit = Int(4096, config=True, help="How many processes each kernel may have at once.")
     sftp_address = Unicode(
-        "127.0.0.1",
         config=True,
-        help="The host address a system session's SFTP port is published on: 127.0.0.1 "
-        "(this machine only; reach it from elsewhere through an SSH tunnel), a public "
+        help="The host address a system session's SFTP port is published on; default: "
+        "`address` where set (the engine's machine as this host reaches it), else 127.0.0.1 "
+        "(this machine only; reach it from elsewhere through an SSH tunnel); or a public "
         "interface's address, or 0.0.0.0 (every interface). Its port is chosen by the engine.",
     )
+
     sftp_host = Unicode(
         "",
         config=True,
@@ -80,3 +81,7 @@ class DockerOptions(HasTraits):
         "'gpu1.example.org'); default: sftp_address, or this machine's name when that is "
         "0.0.0.0.",
     )
+
+    @default("sftp_address")
+    def _sftp_address_default(self) -> str:
+        return self.address or "127.0.0.1"
