@@ -140,6 +140,18 @@ def test_enqueue_refuses_what_never_fits(store: Store) -> None:
     assert get(store, fits.id).status is Status.PENDING
 
 
+def test_what_a_lost_agent_would_hold_waits_for_it(store: Store) -> None:
+    """An agent that stopped answering is not schedulable for now; it may come back, so a
+    request only it could hold queues rather than being refused."""
+    put_agents(store, Agent("a1", cpu(2, "8g")), Agent("a2", cpu(4, "8g"), schedulable=False))
+    waiting = new_session(resources=cpu(4, "8g"))
+    enqueue(store, waiting)
+    assert not one_pass(store, T0 + 1).placements  # nothing placed on a lost agent
+    assert get(store, waiting.id).status is Status.PENDING
+    with pytest.raises(NeverFits):  # beyond even the lost agent: refused as before
+        enqueue(store, new_session(resources=cpu(8, "8g")))
+
+
 def test_enqueue_refuses_unknown_dependencies(store: Store) -> None:
     put_agents(store, Agent("a1", cpu(4)))
     first = new_session()

@@ -37,7 +37,12 @@ def enqueue(store: Store, session: Session, dry_run: bool = False) -> None:
 
     ``dry_run``: every check (the name's included), then nothing is stored."""
     with store.write() as tx:
-        why = never_fits(session.spec, tx.list_agents(session.spec.resource_group))
+        # A lost agent (not schedulable for now) may come back: what it would hold waits.
+        agents = [
+            dataclasses.replace(a, schedulable=True)
+            for a in tx.list_agents(session.spec.resource_group)
+        ]
+        why = never_fits(session.spec, agents)
         if why is not None:
             raise NeverFits(f"resource group {session.spec.resource_group!r}: {why}")
         missing = set(session.spec.depends_on) - set(tx.dependency_states(session.spec.depends_on))
