@@ -25,6 +25,7 @@ PACKAGES: tuple[str, ...] = (
     "ca-certificates",
     "iputils-ping",
     "netbase",
+    "rsync",
 )
 """Debian packages of the kernel image, for both recipes."""
 
