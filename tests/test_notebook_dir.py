@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server_harness import MULTI_USER, Server, serving
+from test_server_harness import MULTI_USER, Server, serving, stdout_of
 from traitlets.config import Config
 
 from bai_jupyter import kernelspecs
@@ -101,29 +101,17 @@ async def _notebook_kernel(server: Server, kernel: str) -> AsyncIterator[str]:
         await server.fetch("DELETE", f"api/sessions/{jupyter['id']}")
 
 
-async def _run(server: Server, sid: str, code: str) -> list[str]:
-    """Run ``code`` in main1's ipykernel (the notebook's kernel); its stdout lines."""
-    client = server.client()
-    reply = await client.execute(sid, code)
-    console = list(reply["console"])
-    while reply["status"] == "continued":
-        reply = await client.execute(sid, mode="continue", run_id=reply["run_id"])
-        console += reply["console"]
-    assert reply["exit_code"] == 0, console
-    return "".join(item[1] for item in console if item[0] == "stdout").splitlines()
-
-
 async def test_kernel_starts_in_the_notebooks_folder_and_shares_its_files(
     server: Server, backend: str, notebooks: Path
 ) -> None:
     async with _notebook_kernel(server, "bai-nb") as sid:
-        cwd, data, mounted = await _run(server, sid, PROBE)
+        cwd, data, mounted = await stdout_of(server, sid, PROBE)
         if backend == "docker":
             assert (cwd, mounted) == (f"{NOTEBOOK_DIR}/sub", "True"), server.tail()
         else:  # natively: the notebook's folder itself
             assert cwd == str(notebooks / "sub")
         assert data == "next to the notebook"
-        await _run(server, sid, "open('out.txt', 'w').write('from the kernel')")
+        await stdout_of(server, sid, "open('out.txt', 'w').write('from the kernel')")
         reply = await server.fetch("GET", "api/contents/sub/out.txt?content=1")
         assert reply.code == 200, reply.body
         assert json.loads(reply.body)["content"] == "from the kernel"
@@ -133,7 +121,7 @@ async def test_turned_off_the_kernel_sees_none_of_it(
     server: Server, backend: str, notebooks: Path
 ) -> None:
     async with _notebook_kernel(server, "bai-nb-off") as sid:
-        cwd, data, mounted = await _run(server, sid, PROBE)
+        cwd, data, mounted = await stdout_of(server, sid, PROBE)
         assert data == "False"
         assert not cwd.startswith(str(notebooks))
         if backend == "docker":
@@ -153,7 +141,10 @@ async def test_every_kernel_of_a_cluster_has_it(server: Server) -> None:
         "print(sh('cat /home/work/notebooks/sub/data.txt'))\n"
     )
     async with _notebook_kernel(server, "bai-nb-2") as sid:
-        assert await _run(server, sid, probe) == [f"{NOTEBOOK_DIR}/sub", "next to the notebook"]
+        assert await stdout_of(server, sid, probe) == [
+            f"{NOTEBOOK_DIR}/sub",
+            "next to the notebook",
+        ]
 
 
 @pytest.mark.parametrize("choice", ["other", "off"])
@@ -173,7 +164,7 @@ async def test_the_server_chooses_what_is_mounted_or_nothing(tmp_path: Path, cho
     )
     with serving(tmp_path / "srv", config) as server:
         async with _notebook_kernel(server, "bai-nb") as sid:
-            cwd, data, _ = await _run(server, sid, PROBE)
+            cwd, data, _ = await stdout_of(server, sid, PROBE)
     if choice == "other":  # the notebook is outside it: the kernel starts at its top
         assert (cwd, data) == (str(other.resolve()), "in the chosen dir")
     else:

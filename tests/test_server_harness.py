@@ -210,6 +210,19 @@ def _wait_ready(server: Server, timeout: float = 60) -> None:
     raise RuntimeError(f"the server did not get ready in {timeout:g} s:\n{server.tail()}")
 
 
+async def stdout_of(server: Server, sid: str, code: str) -> list[str]:
+    """``code`` run in main1's ipykernel through the execute API: its stdout lines (an
+    error in the cell fails the test)."""
+    client = server.client()
+    reply = await client.execute(sid, code)
+    console = list(reply["console"])
+    while reply["status"] == "continued":
+        reply = await client.execute(sid, mode="continue", run_id=reply["run_id"])
+        console += reply["console"]
+    assert reply["exit_code"] == 0, console
+    return "".join(item[1] for item in console if item[0] == "stdout").splitlines()
+
+
 def end_all(server: Server, token: str | None = None) -> None:
     """End every live session of the token's user (the server's by default)."""
     import urllib.request

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import docker_client, started_manager
-from test_server_harness import Server, end_all, free_port, serving, start_server
+from test_server_harness import Server, end_all, free_port, serving, start_server, stdout_of
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.errors import Forbidden, InvalidRequest
@@ -249,18 +249,6 @@ async def _notebook(server: Server) -> AsyncIterator[tuple[str, str]]:
         await server.fetch("DELETE", f"api/sessions/{jupyter['id']}")
 
 
-async def _run(server: Server, sid: str, code: str) -> list[str]:
-    """``code`` run in main1's ipykernel (the notebook's kernel): its stdout lines."""
-    client = server.client()
-    reply = await client.execute(sid, code)
-    console = list(reply["console"])
-    while reply["status"] == "continued":
-        reply = await client.execute(sid, mode="continue", run_id=reply["run_id"])
-        console += reply["console"]
-    assert reply["exit_code"] == 0, console
-    return "".join(item[1] for item in console if item[0] == "stdout").splitlines()
-
-
 def _public_key(session_id: str) -> str:
     """main1's SSH key of a session, read from its container."""
     containers = docker_client().containers.list(filters={"label": f"{LABEL_SESSION}={session_id}"})
@@ -280,7 +268,7 @@ async def test_a_notebook_gets_a_warm_session_with_its_users_identity(
         assert sid == warm  # the warm session, now the user's
         session = await server.client().get(sid)
         assert session.owner != POOL_OWNER and session.status_data["warm_pool"]["pool"] == "py"
-        cwd, data, own_id, owners = await _run(server, sid, PROBE)
+        cwd, data, own_id, owners = await stdout_of(server, sid, PROBE)
         assert (cwd, data, own_id) == (f"{NOTEBOOK_DIR}/sub", "next to the notebook", sid)
         assert set(json.loads(owners)) == {session.owner}  # its token: the user's, not the pool's
         (refill,) = await _warm_ids(server)
@@ -297,7 +285,7 @@ async def test_a_notebook_gets_a_warm_session_with_its_users_identity(
 
 async def _try_run(server: Server, sid: str) -> list[str] | None:
     with contextlib.suppress(AssertionError):
-        return await _run(server, sid, "import os; print(os.getcwd())")
+        return await stdout_of(server, sid, "import os; print(os.getcwd())")
     return None
 
 
