@@ -9,7 +9,6 @@ a session (starting one takes seconds, each user's server a few more).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import json
@@ -19,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +26,8 @@ from urllib.error import HTTPError
 from urllib.request import Request, urlopen
 
 from conftest import skip_or_fail
-from test_server_harness import free_port
+from test_server_harness import free_port, kernel_cell
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
-from tornado.websocket import websocket_connect
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.client import RemoteManager
@@ -113,30 +110,8 @@ class Hub:
     async def run_cell(self, user: str, kernel_id: str, code: str, timeout: float = 120) -> str:
         """Run ``code`` in one of ``user``'s Jupyter kernels over their server's kernel
         WebSocket, as JupyterLab does (no bai API in the path); what it printed."""
-        url = f"{self.url}user/{user}/api/kernels/{kernel_id}/channels".replace("http", "ws", 1)
-        headers = {"Authorization": f"token {self.tokens[user]}"}
-        conn = await websocket_connect(HTTPRequest(url, headers=headers))
-        try:
-            msg_id = uuid.uuid4().hex
-            header = {"msg_id": msg_id, "msg_type": "execute_request", "username": user,
-                      "session": uuid.uuid4().hex, "date": "", "version": "5.3"}  # fmt: skip
-            content = {"code": code, "silent": False, "store_history": False}
-            request = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-            await conn.write_message(json.dumps({**request, "channel": "shell"}))
-            printed: list[str] = []
-            while True:
-                raw = await asyncio.wait_for(conn.read_message(), timeout)
-                assert isinstance(raw, str), f"the kernel's WebSocket closed; printed {printed}"
-                reply = json.loads(raw)
-                if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                    continue
-                kind = reply["header"]["msg_type"]
-                if kind == "stream":
-                    printed.append(reply["content"]["text"])
-                elif kind == "status" and reply["content"]["execution_state"] == "idle":
-                    return "".join(printed)
-        finally:
-            conn.close()
+        base = f"{self.url}user/{user}/"
+        return await kernel_cell(base, self.tokens[user], kernel_id, code, timeout)
 
     def add_user(self, name: str, admin: bool = False) -> None:
         """Create ``name`` (unless the Hub made them: its admins), start their server, and

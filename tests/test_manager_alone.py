@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from test_provisioner import run_notebook
-from test_server_harness import start_server
+from test_server_harness import kernel_cell, start_server
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
 
 from bai_jupyter import kernelspecs
@@ -238,7 +238,7 @@ async def test_alices_server_starts_a_kernel_through_the_service(
         (session,) = [s for s in mine if s.meta.get("jupyter_kernel_id") == kernel_id]
         assert session.status is Status.RUNNING and session.owner == "alice", session
         assert session.id not in {s.id for s in await service.as_("bob").list_sessions()}
-        output = await _execute(server.url, server.token, kernel_id, "print('host', 6 * 7)")
+        output = await kernel_cell(server.url, server.token, kernel_id, "print('host', 6 * 7)")
         assert output == "host 42\n", output
         assert (await server.fetch("DELETE", f"api/kernels/{kernel_id}")).code == 204
         ended = await service.as_("alice").wait_for(session.id, set(), timeout=120)
@@ -246,45 +246,6 @@ async def test_alices_server_starts_a_kernel_through_the_service(
     finally:
         server.stop()
         await _end_all(service)
-
-
-async def _execute(url: str, token: str, kernel_id: str, code: str) -> str:
-    """Run ``code`` in a kernel of a Jupyter server over its websocket; its stdout."""
-    import uuid
-
-    from tornado.websocket import websocket_connect
-
-    ws_url = url.replace("http", "ws", 1) + f"api/kernels/{kernel_id}/channels?token={token}"
-    conn = await websocket_connect(ws_url)
-    try:
-        msg_id = uuid.uuid4().hex
-        header = {
-            "msg_id": msg_id,
-            "msg_type": "execute_request",
-            "username": "test",
-            "session": uuid.uuid4().hex,
-            "date": "",
-            "version": "5.3",
-        }
-        content = {"code": code, "silent": False, "store_history": False}
-        message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-        await conn.write_message(json.dumps({**message, "channel": "shell"}))
-        out = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            raw = await asyncio.wait_for(conn.read_message(), timeout=120)
-            assert raw is not None, "the kernel's websocket closed"
-            reply = json.loads(raw)
-            if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = reply["header"]["msg_type"]
-            if kind == "stream":
-                out.append(reply["content"]["text"])
-            elif kind == "status" and reply["content"]["execution_state"] == "idle":
-                return "".join(out)
-        pytest.fail(f"no answer in time; so far: {out}")
-    finally:
-        conn.close()
 
 
 #: Run in bob's kernel (main1): its own BAI_JUPYTER_URL/TOKEN against alice's session, then

@@ -8,6 +8,7 @@ unauthenticated access is off, and everything it writes stays under ``root``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,12 +17,14 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest, HTTPResponse
+from tornado.websocket import websocket_connect
 
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.model import Status
@@ -221,6 +224,37 @@ async def stdout_of(server: Server, sid: str, code: str) -> list[str]:
         console += reply["console"]
     assert reply["exit_code"] == 0, console
     return "".join(item[1] for item in console if item[0] == "stdout").splitlines()
+
+
+async def kernel_cell(
+    base: str, token: str, kernel_id: str, code: str, timeout: float = 120
+) -> str:
+    """Run ``code`` in a Jupyter kernel of the server at ``base`` over its kernel WebSocket,
+    as JupyterLab does (no bai API in the path): what it printed."""
+    url = f"{base}api/kernels/{kernel_id}/channels".replace("http", "ws", 1)
+    # A header, not ?token=: JupyterHub refuses tokens in a WebSocket's URL.
+    conn = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
+    try:
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test",
+                  "session": uuid.uuid4().hex, "date": "", "version": "5.3"}  # fmt: skip
+        content = {"code": code, "silent": False, "store_history": False}
+        request = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+        await conn.write_message(json.dumps({**request, "channel": "shell"}))
+        printed: list[str] = []
+        while True:
+            raw = await asyncio.wait_for(conn.read_message(), timeout)
+            assert isinstance(raw, str), f"the kernel's WebSocket closed; printed {printed}"
+            reply = json.loads(raw)
+            if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = reply["header"]["msg_type"]
+            if kind == "stream":
+                printed.append(reply["content"]["text"])
+            elif kind == "status" and reply["content"]["execution_state"] == "idle":
+                return "".join(printed)
+    finally:
+        conn.close()
 
 
 def end_all(server: Server, token: str | None = None) -> None:
