@@ -55,6 +55,8 @@ class Closing(web.RequestHandler):
 class Bytes(web.RequestHandler):
     def get(self, n):
         self.write(b"x" * int(n))
+    def head(self, n):
+        self.set_header("Content-Length", n)
 
 class Stream(web.RequestHandler):
     async def get(self):
@@ -245,6 +247,8 @@ async def test_http_bodies_both_ways_and_redirects(server: Server, service: Sess
     assert json.loads(posted.body)["body"] == "hello"
     big = await server.fetch("GET", f"{base}/bytes/{1 << 20}")
     assert big.code == 200 and big.body == b"x" * (1 << 20)
+    head = await server.fetch("HEAD", f"{base}/bytes/10")
+    assert (head.code, head.body, head.headers["Content-Length"]) == (200, b"", "10")
     away = await server.fetch("GET", f"{base}/away")
     assert away.code == 302
     assert away.headers["Location"] == f"/bai/sessions/{service.id}/proxy/web/echo"

@@ -40,10 +40,6 @@ from .upstream import IDEMPOTENT, KeepAliveClient, Unreachable
 
 __all__ = ["ServiceUnreachable", "SessionProxyHandler"]
 
-#: A first piece of a body up to this size goes out with the head (one write, one packet);
-#: a larger one after it (no copy of it to join them).
-_WITH_HEAD = 1 << 14
-
 
 class ServiceUnreachable(HTTPError):
     """The service was not reached (refused, unreachable, no connection in time): the
@@ -290,12 +286,9 @@ class SessionProxyHandler(JupyterHandler):
                 self._record_activity()
                 if self._headers_written:
                     written = connection.write(piece)  # type: ignore[arg-type]  # any buffer
-                elif len(piece) <= _WITH_HEAD:  # one packet for a small reply
+                else:  # the head with the first piece: one write (a copy is cheaper)
                     self.write(bytes(piece))
                     written = self.flush()
-                else:
-                    self.flush()
-                    written = connection.write(piece)  # type: ignore[arg-type]
                 return written if caller.writing() else None  # not all sent: wait for it
 
             try:
