@@ -538,6 +538,7 @@ class _Canned(TCPServer):
         (b"HTTP/1.1 204 No Content\r\n\r\n", b"", True),
         (b"HTTP/1.0 200 OK\r\n\r\nuntil the end", b"until the end", False),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", None, False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", None, False),
     ],
 )
 async def test_reply_bodies_in_every_framing(

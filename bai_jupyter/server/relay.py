@@ -19,10 +19,10 @@ from typing import cast
 from tornado import httputil
 from tornado.iostream import IOStream, StreamClosedError
 
-__all__ = ["CHUNK", "Sink", "pipe", "read_head", "relay_body", "request_head"]
+__all__ = ["Sink", "pipe", "read_head", "relay_body", "request_head"]
 
 #: Most bytes asked of a socket per read: a large body crosses in few pieces.
-CHUNK = 1 << 18
+_CHUNK = 1 << 18
 #: Buffer of each direction of an upgraded connection (messages are mostly small).
 _PIPE_CHUNK = 1 << 16
 _HEAD_END = rb"\r?\n\r?\n"
@@ -70,16 +70,16 @@ async def relay_body(
     if "Transfer-Encoding" in headers:
         if headers["Transfer-Encoding"].lower() != "chunked":
             raise httputil.HTTPInputError(f"unknown framing {headers['Transfer-Encoding']!r}")
-        await _chunked(stream, sink, _buffer(CHUNK))
+        await _chunked(stream, sink, _buffer(_CHUNK))
         return True
     if "Content-Length" in headers:
-        try:
-            length = int(headers["Content-Length"])
-        except ValueError:
-            raise httputil.HTTPInputError("a bad Content-Length") from None
-        await _fixed(stream, length, sink, _buffer(min(length, CHUNK)))
+        value = headers["Content-Length"]
+        if not (value.isascii() and value.isdigit()):
+            raise httputil.HTTPInputError(f"a bad Content-Length {value[:32]!r}")
+        length = int(value)
+        await _fixed(stream, length, sink, _buffer(min(length, _CHUNK)))
         return True
-    buf = _buffer(CHUNK)
+    buf = _buffer(_CHUNK)
     try:  # the body ends where the connection does
         while True:
             await _put(sink, buf[: await _read(stream, buf)])

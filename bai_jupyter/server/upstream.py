@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from tornado import httputil
+from tornado import httputil, util
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import DefaultLoopResolver, Resolver
 from tornado.simple_httpclient import SimpleAsyncHTTPClient
@@ -135,9 +135,9 @@ class KeepAliveClient(SimpleAsyncHTTPClient):
     async def _dial(self, host: str, port: int, timeout: float | None) -> IOStream:
         try:
             stream = await self.dialer.connect(host, port, timeout=timeout)
-        except OSError as exc:  # refused, unreachable, no connection in time
+        except (OSError, util.TimeoutError) as exc:  # refused, unreachable, none in time
             real = exc.real_error if isinstance(exc, StreamClosedError) else None
-            raise Unreachable(str(real or exc)) from None
+            raise Unreachable(str(real or exc) or "no connection in time") from None
         stream.set_nodelay(True)
         stream.read_chunk_size = _READ_CHUNK
         return stream
