@@ -13,14 +13,17 @@ from test_server_harness import Server, start_server
 from tornado import web
 from tornado.httpclient import HTTPRequest
 from tornado.httpserver import HTTPServer
+from tornado.httputil import HTTPInputError
 from tornado.iostream import IOStream
+from tornado.simple_httpclient import HTTPStreamClosedError
 from tornado.tcpclient import TCPClient
+from tornado.tcpserver import TCPServer
 from tornado.testing import bind_unused_port
 from tornado.websocket import websocket_connect
 
 from bai_jupyter.model import Session, Status
 from bai_jupyter.registry import local_owner
-from bai_jupyter.server import upstream
+from bai_jupyter.server import relay, upstream
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
@@ -31,6 +34,8 @@ from tornado import web, websocket
 
 released = asyncio.Event()
 streams = 0
+big = {"sent": 0, "open": False}
+sockets = 0
 
 class Echo(web.RequestHandler):
     def get(self):
@@ -39,11 +44,19 @@ class Echo(web.RequestHandler):
                     "headers": dict(self.request.headers),
                     "peer": list(self.request.connection.stream.socket.getpeername())})
     def post(self):
-        self.write({"body": self.request.body.decode(), "method": "POST"})
+        self.write({"body": self.request.body.decode(), "method": "POST",
+                    "peer": list(self.request.connection.stream.socket.getpeername())})
+
+class Closing(web.RequestHandler):
+    def get(self):
+        self.set_header("Connection", "close")
+        self.write("bye")
 
 class Bytes(web.RequestHandler):
     def get(self, n):
         self.write(b"x" * int(n))
+    def head(self, n):
+        self.set_header("Content-Length", n)
 
 class Stream(web.RequestHandler):
     async def get(self):
@@ -75,18 +88,60 @@ class Streams(web.RequestHandler):
     def get(self):
         self.write(str(streams))
 
+class Big(web.RequestHandler):
+    async def get(self, mib):
+        piece = b"x" * (1 << 20)
+        big.update(sent=0, open=True)
+        self.set_header("Content-Length", str(int(mib) << 20))
+        try:
+            for _ in range(int(mib)):
+                self.write(piece)
+                await self.flush()
+                big["sent"] += len(piece)
+        except Exception:
+            pass  # the proxy closed the connection
+        finally:
+            big["open"] = False
+
+class BigSent(web.RequestHandler):
+    def get(self):
+        self.write(big)
+
+class Cut(web.RequestHandler):
+    async def get(self):
+        self.set_header("Content-Length", "1000")
+        self.write("short")
+        await self.flush()
+        self.request.connection.stream.close()
+
 class Away(web.RequestHandler):
     def get(self):
         self.redirect("/echo")
 
 class WS(websocket.WebSocketHandler):
+    def select_subprotocol(self, subprotocols):
+        return subprotocols[0] if subprotocols else None
+    def open(self):
+        global sockets
+        sockets += 1
     def on_message(self, message):
-        self.write_message(message, binary=isinstance(message, bytes))
+        if message == "bye":
+            self.close(4001, "asked to")
+        else:
+            self.write_message(message, binary=isinstance(message, bytes))
+    def on_close(self):
+        global sockets
+        sockets -= 1
+
+class Sockets(web.RequestHandler):
+    def get(self):
+        self.write(str(sockets))
 
 async def main():
     web.Application([(r"/echo", Echo), (r"/bytes/(\d+)", Bytes), (r"/stream", Stream),
                      (r"/release", Release), (r"/away", Away), (r"/forever", Forever),
-                     (r"/streams", Streams)]).listen(8080)
+                     (r"/streams", Streams), (r"/closing", Closing), (r"/big/(\d+)", Big),
+                     (r"/big", BigSent), (r"/cut", Cut), (r"/sockets", Sockets)]).listen(8080)
     web.Application([(r"/ws", WS)]).listen(8081)
     await asyncio.Event().wait()
 
@@ -165,20 +220,35 @@ async def test_http_reaches_the_service_without_jupyters_credentials(
     assert by_query.code == 200 and json.loads(by_query.body)["query"] == ""
 
 
-async def test_requests_share_a_kept_connection_to_the_service(
+async def test_requests_share_a_kept_connection_unless_the_method_or_the_service_says_no(
     server: Server, service: Session
 ) -> None:
     base = f"bai/sessions/{service.id}/proxy/web"
-    peers = [json.loads((await server.fetch("GET", f"{base}/echo")).body)["peer"] for _ in "ab"]
-    assert peers[0] == peers[1]
+
+    async def peer(method: str = "GET", path: str = "echo") -> list[Any]:
+        reply = await server.fetch(
+            method, f"{base}/{path}", raw_body=b"x" if method == "POST" else None
+        )
+        assert reply.code == 200, reply.body
+        found: list[Any] = json.loads(reply.body)["peer"]
+        return found
+
+    kept = await peer()
+    assert await peer() == kept
+    assert await peer("POST") != kept  # never on a kept connection (it cannot be sent again)
+    assert await peer() == kept
+    assert (await server.fetch("GET", f"{base}/closing")).body == b"bye"  # on the kept one
+    assert await peer() != kept  # the service closed it
 
 
 async def test_http_bodies_both_ways_and_redirects(server: Server, service: Session) -> None:
     base = f"bai/sessions/{service.id}/proxy/web"
     posted = await server.fetch("POST", f"{base}/echo", raw_body=b"hello")
-    assert json.loads(posted.body) == {"body": "hello", "method": "POST"}
+    assert json.loads(posted.body)["body"] == "hello"
     big = await server.fetch("GET", f"{base}/bytes/{1 << 20}")
     assert big.code == 200 and big.body == b"x" * (1 << 20)
+    head = await server.fetch("HEAD", f"{base}/bytes/10")
+    assert (head.code, head.body, head.headers["Content-Length"]) == (200, b"", "10")
     away = await server.fetch("GET", f"{base}/away")
     assert away.code == 302
     assert away.headers["Location"] == f"/bai/sessions/{service.id}/proxy/web/echo"
@@ -232,6 +302,42 @@ async def test_a_stream_to_the_service_ends_when_the_caller_leaves(
     assert "_ClientGone" not in log and "Cannot send error response" not in log
 
 
+async def test_a_large_body_is_never_held_whole(server: Server, service: Session) -> None:
+    """A caller that stops reading stops the reads from the service; leaving ends it."""
+    base = f"bai/sessions/{service.id}/proxy/web"
+    url = urlsplit(server.url)
+    stream = await TCPClient().connect(url.hostname or "127.0.0.1", url.port or 80)
+    head = f"GET {url.path}{base}/big/256 HTTP/1.1\r\nHost: {url.netloc}\r\n"
+    await stream.write(f"{head}Authorization: token {server.token}\r\n\r\n".encode())
+    assert b"Content-Length: 268435456" in await stream.read_until(b"\r\n\r\n")
+
+    async def progress() -> dict[str, Any]:
+        found: dict[str, Any] = json.loads((await server.fetch("GET", f"{base}/big")).body)
+        return found
+
+    sent = -1
+    for _ in range(100):  # until the service cannot send more: every buffer on the way is full
+        await asyncio.sleep(0.3)
+        now = (await progress())["sent"]
+        if now == sent or now >= 128 << 20:
+            break
+        sent = now
+    assert 0 < sent < 128 << 20, sent  # held in socket buffers and one piece, not 256 MiB
+    stream.close()
+    for _ in range(100):
+        if not (await progress())["open"]:
+            break
+        await asyncio.sleep(0.1)
+    assert not (await progress())["open"]
+
+
+async def test_a_reply_cut_short_is_cut_for_the_caller(server: Server, service: Session) -> None:
+    before = len(server.log.read_bytes())
+    with pytest.raises(HTTPStreamClosedError):  # never a reply that looks complete
+        await server.fetch("GET", f"bai/sessions/{service.id}/proxy/web/cut")
+    assert b"Traceback" not in server.log.read_bytes()[before:]
+
+
 async def test_websocket_echo(server: Server, service: Session) -> None:
     url = f"{server.url.replace('http', 'ws', 1)}bai/sessions/{service.id}/proxy/ws/ws"
     request = HTTPRequest(url, headers={"Authorization": f"token {server.token}"})
@@ -241,11 +347,42 @@ async def test_websocket_echo(server: Server, service: Session) -> None:
         assert await conn.read_message() == "ping"
         await conn.write_message(b"\x00\x01", binary=True)
         assert await conn.read_message() == b"\x00\x01"
+        large = bytes(range(256)) * 4096  # 1 MiB: many reads on the way
+        await conn.write_message(large, binary=True)
+        assert await conn.read_message() == large
     finally:
         conn.close()
     refused = HTTPRequest(url, headers={"Authorization": "token wrong"})
     with pytest.raises(Exception, match="403"):
         await websocket_connect(refused)
+
+
+async def test_websocket_subprotocol_close_and_leaving(server: Server, service: Session) -> None:
+    """The handshake is the service's (subprotocol), so is the close; a caller who leaves
+    closes the service's side."""
+    url = f"{server.url.replace('http', 'ws', 1)}bai/sessions/{service.id}/proxy/ws/ws"
+    request = HTTPRequest(url, headers={"Authorization": f"token {server.token}"})
+    sockets = f"bai/sessions/{service.id}/proxy/web/sockets"
+    conn = await websocket_connect(request, subprotocols=["chat", "other"])
+    assert conn.selected_subprotocol == "chat"
+    await conn.write_message("bye")
+    assert await conn.read_message() is None
+    assert (conn.close_code, conn.close_reason) == (4001, "asked to")
+    conn.close()
+    left = await websocket_connect(request)
+    assert (await server.fetch("GET", sockets)).body == b"1"
+    assert left.protocol is not None and left.protocol.stream is not None
+    left.protocol.stream.close()  # gone without a close handshake
+    left.close()
+    for _ in range(100):
+        if (await server.fetch("GET", sockets)).body == b"0":
+            break
+        await asyncio.sleep(0.1)
+    assert (await server.fetch("GET", sockets)).body == b"0"
+    # An upgrade the service does not take: its plain reply comes back.
+    http = f"{server.url.replace('http', 'ws', 1)}bai/sessions/{service.id}/proxy/web/echo"
+    with pytest.raises(Exception, match="Non-websocket response"):
+        await websocket_connect(HTTPRequest(http, headers=request.headers))
 
 
 async def test_unknown_service_tcp_service_and_unknown_session(
@@ -283,21 +420,12 @@ async def test_an_image_no_agent_has_is_refused_at_once(server: Server) -> None:
     assert "bai-jupyter/no-such-image:0 is on no agent" in json.loads(reply.body)["message"]
 
 
-# --- the upstream client against a local service (no Docker) ------------------------------------
+# --- the upstream pool and the wire format against local services (no Docker) -----------------
 
 
 class _Reply(web.RequestHandler):
     def get(self) -> None:
         self.write("got")
-
-    def post(self) -> None:
-        self.write("posted")
-
-
-class _Closing(web.RequestHandler):
-    def get(self) -> None:
-        self.set_header("Connection", "close")
-        self.write("bye")
 
 
 class _Service(HTTPServer):
@@ -310,43 +438,134 @@ class _Service(HTTPServer):
         super().handle_stream(stream, address)
 
 
-def _local_service() -> tuple[_Service, str]:
+def _stop(service: _Service) -> None:
+    service.stop()
+    for accepted in service.streams:
+        accepted.close()
+
+
+def _local_service() -> tuple[_Service, int]:
     sock, port = bind_unused_port()
-    service = _Service(web.Application([(r"/", _Reply), (r"/close", _Closing)]))
+    service = _Service(web.Application([(r"/", _Reply)]))
     service.add_sockets([sock])
-    return service, f"http://127.0.0.1:{port}/"
+    return service, port
 
 
-async def test_upstream_keeps_a_connection_unless_the_method_or_the_service_says_no() -> None:
-    service, url = _local_service()
-    client = upstream.upstream_client()
+_GET = b"GET / HTTP/1.1\r\nHost: service\r\n\r\n"
+
+
+def _untracked(stream: IOStream) -> None:
+    pass
+
+
+async def _get(pool: upstream.KeepAliveClient, port: int, reuse: bool = True) -> IOStream:
+    stream, start, headers = await pool.send("127.0.0.1", port, _GET, reuse, 5.0, _untracked)
+    assert start.code == 200
+    assert await stream.read_bytes(int(headers["Content-Length"])) == b"got"
+    return stream
+
+
+async def test_upstream_hands_out_a_kept_connection_only_where_asked() -> None:
+    service, port = _local_service()
+    pool = upstream.upstream_client()
     try:
-        for _ in range(3):
-            assert (await client.fetch(url)).body == b"got"
-        assert len(service.streams) == 1
-        posted = await client.fetch(url, method="POST", body=b"x")
-        assert posted.body == b"posted" and len(service.streams) == 2  # never on a kept one
-        # Two kept now; each says "close" and is dropped, so the third GET needs a new one.
-        for path in ("close", "close", ""):
-            await client.fetch(url + path)
-        assert len(service.streams) == 3
+        first = await _get(pool, port)
+        pool.keep("127.0.0.1", port, first)
+        assert await _get(pool, port) is first
+        pool.keep("127.0.0.1", port, first)
+        fresh = await _get(pool, port, reuse=False)
+        assert fresh is not first and len(service.streams) == 2
+        fresh.close()
+        closed, free = bind_unused_port()
+        closed.close()  # nothing listens there
+        with pytest.raises(upstream.Unreachable):
+            await pool.send("127.0.0.1", free, _GET, True, 5.0, _untracked)
     finally:
-        client.close()
-        service.stop()
+        pool.close()
+        _stop(service)
 
 
 async def test_upstream_sends_again_when_a_kept_connection_was_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    service, url = _local_service()
-    client = upstream.upstream_client()
+    service, port = _local_service()
+    pool = upstream.upstream_client()
     try:
-        await client.fetch(url)
-        # The service drops the idle connection just after the client found it open.
+        first = await _get(pool, port)
+        pool.keep("127.0.0.1", port, first)
+        # The service drops the idle connection just after the pool found it open.
         service.streams[0].close()
         monkeypatch.setattr(upstream, "_alive", lambda stream: True)
-        assert (await client.fetch(url)).body == b"got"
-        assert len(service.streams) == 2
+        again = await _get(pool, port)
+        again.close()
+        assert again is not first and len(service.streams) == 2
     finally:
-        client.close()
-        service.stop()
+        pool.close()
+        _stop(service)
+
+
+class _Canned(TCPServer):
+    """Answers a request with one canned reply; closes the connection after it if told."""
+
+    def __init__(self, reply: bytes, close: bool) -> None:
+        super().__init__()
+        self.reply, self.close = reply, close
+        self.streams: list[IOStream] = []
+
+    async def handle_stream(self, stream: IOStream, address: tuple[str, int]) -> None:
+        self.streams.append(stream)
+        await stream.read_until(b"\r\n\r\n")
+        await stream.write(self.reply)
+        if self.close:
+            stream.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "body", "framed"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", b"hello", True),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3;ext=1\r\nhel\r\n2\r\nlo\r\n0\r\nTrailer: t\r\n\r\n",
+            b"hello",
+            True,
+        ),
+        (
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            b"ok",
+            True,
+        ),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", b"", True),
+        (b"HTTP/1.0 200 OK\r\n\r\nuntil the end", b"until the end", False),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", None, False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n", None, False),
+    ],
+)
+async def test_reply_bodies_in_every_framing(
+    reply: bytes, body: bytes | None, framed: bool
+) -> None:
+    """The body as sent, and whether the connection can carry another request (a body
+    that ends with the connection cannot); a malformed one is refused."""
+    sock, port = bind_unused_port()
+    canned = _Canned(reply, close=not framed)
+    canned.add_sockets([sock])
+    pool = upstream.upstream_client()
+    try:
+        stream, start, headers = await pool.send("127.0.0.1", port, _GET, False, 5.0, _untracked)
+        pieces: list[bytes] = []
+
+        def sink(piece: memoryview) -> None:
+            pieces.append(bytes(piece))
+
+        if body is None:
+            with pytest.raises(HTTPInputError):
+                await relay.relay_body(stream, "GET", start, headers, sink)
+        else:
+            assert await relay.relay_body(stream, "GET", start, headers, sink) is framed
+            assert b"".join(pieces) == body
+        stream.close()
+    finally:
+        pool.close()
+        canned.stop()
+        for accepted in canned.streams:
+            accepted.close()

@@ -1,51 +1,44 @@
 """``/bai/sessions/{id or name}/proxy/{service}/…``: a service port of main1, HTTP and WebSocket.
 
-Built on jupyter-server-proxy's :class:`ProxyHandler` (its request building,
-WebSocket relay, subprotocols and redirect rewriting); what is ours: the target
-comes from the session (never from the URL), the caller must own the session,
-Jupyter's credentials stay here, and response bodies stream instead of being
-buffered whole.
+What it guarantees: the target comes from the session (never from the URL), the
+caller must own the session, Jupyter's credentials stay here, reply bodies
+stream (a slow caller slows the reads from the service: nothing is held whole),
+the service's connections are kept alive, and a caller who leaves ends the
+exchange with the service at once.
+
+A Jupyter handler of its own rather than jupyter-server-proxy's ProxyHandler:
+that one is also a WebSocketHandler (built and wrapped on every request), goes
+through tornado's HTTP client and decodes and re-frames every WebSocket
+message, which was most of the proxy's time. What passes each way is in
+:mod:`.forward`, the wire work in :mod:`.relay`, the connections in :mod:`.upstream`.
 """
 
 from __future__ import annotations
 
-import re
+from asyncio import Future
+from datetime import datetime, timezone
 from http.client import responses
-from http.cookies import CookieError, SimpleCookie
 from typing import Any, cast
-from urllib.parse import parse_qsl, urlencode
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.utils import HTTP_METHOD_TO_AUTH_ACTION
+from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import ensure_async, url_path_join
-from jupyter_server_proxy.handlers import ProxyHandler  # type: ignore[import-untyped]
-from tornado import httpclient, httputil, web
+from tornado import httputil, web
+from tornado.http1connection import HTTP1Connection
+from tornado.ioloop import IOLoop
+from tornado.iostream import IOStream, StreamClosedError
 from tornado.web import HTTPError
 
 from ..errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
 from ..registry import local_owner
 from .base import ADMIN, SESSIONS, error_body
 from .checks import require_running
+from .forward import reply_headers, service_headers, service_target
+from .relay import pipe, relay_body, request_head
+from .upstream import IDEMPOTENT, KeepAliveClient, Unreachable
 
 __all__ = ["ServiceUnreachable", "SessionProxyHandler"]
-
-#: Query parameters and headers that carry Jupyter's credentials.
-_JUPYTER_QUERY = {"token", "_xsrf"}
-_JUPYTER_HEADERS = ("X-XSRFToken", "X-XSRF-Token", "X-Csrftoken")
-_JUPYTER_AUTH = re.compile(r"^\s*(token|bearer)\s", re.IGNORECASE)
-#: Response headers a streamed reply must not copy (tornado frames the body itself; a
-#: Content-Length is kept: the client then reads a plain body instead of chunks).
-_FRAMING = {"Transfer-Encoding", "Connection", "Keep-Alive"}
-#: tornado's client reads bodies in pieces of this size; a full one means more is waiting.
-_READ_CHUNK = 65536
-_FLUSH_AT = 1 << 19
-
-
-class _ClientGone(httputil.HTTPInputError):
-    """Raised in the streaming callback to abort the fetch and close its connection.
-
-    An HTTPInputError because tornado logs any other callback error as a traceback.
-    """
 
 
 class ServiceUnreachable(HTTPError):
@@ -56,7 +49,7 @@ class ServiceUnreachable(HTTPError):
         super().__init__(502, message)
 
 
-class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
+class SessionProxyHandler(JupyterHandler):
     """Proxies to the service's port on main1, once the caller is allowed."""
 
     auth_resource = SESSIONS
@@ -66,27 +59,38 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
     def initialize(self, app: Any) -> None:
         self.bai = app
         self.target: tuple[str, int] | None = None
+        #: Where the service is served from, under the server's base URL.
+        self.proxy_base = ""
+        #: The connection to the service while an exchange is under way.
+        self.upstream: IOStream | None = None
         self.client_gone = False
+        self.timed_out = False
         #: The caller's API and the session, for the idle rules' activity notes.
         self.user_of: tuple[Any, str] | None = None
 
     def on_connection_close(self) -> None:
-        """The caller left: stop the upstream fetch at its next chunk (streams, downloads)."""
+        """The caller left: end the exchange with the service now (streams, downloads)."""
         self.client_gone = True
+        if self.upstream is not None:
+            self.upstream.close()
         super().on_connection_close()
 
     # --- who may go where ---------------------------------------------------------------------
 
-    async def prepare(self, *args: Any, **kwargs: Any) -> None:
-        """Authenticate (jupyter-server-proxy), then authorize and resolve before anything.
+    async def prepare(self) -> None:  # type: ignore[override]
+        """Authenticate, then authorize and resolve before anything.
 
         A browser page without credentials is sent to Jupyter's login; a WebSocket gets 403.
         """
-        if self.request.headers.get("Upgrade", "").lower() == "websocket":
-            kwargs["_redirect_to_login"] = False
-        await super().prepare(*args, **kwargs)
+        upgrade = self._upgrade()
+        await super().prepare(_redirect_to_login=not upgrade)
         if self._finished:
             return  # sent to the login page
+        if not self.current_user:  # also where the server lets anyone in: never the proxy
+            if upgrade:
+                raise HTTPError(403)
+            web.authenticated(lambda handler: None)(self)  # the login page, or 403
+            return
         try:
             await self._resolve(*self.path_args[:2])
         except BaiError as exc:
@@ -96,12 +100,15 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
             self.set_header("Content-Type", "application/json")
             self.finish(error_body(exc.code, exc.message))
 
+    def _upgrade(self) -> bool:
+        return self.request.headers.get("Upgrade", "").lower() == "websocket"
+
     async def _admin(self, action: str) -> bool:
         return await self._allowed(ADMIN)
 
     async def _allowed(self, resource: str) -> bool:
-        upgrade = self.request.headers.get("Upgrade", "").lower() == "websocket"
-        action = HTTP_METHOD_TO_AUTH_ACTION["WEBSOCKET" if upgrade else self.request.method]
+        method = "WEBSOCKET" if self._upgrade() else str(self.request.method)
+        action = HTTP_METHOD_TO_AUTH_ACTION[method]
         return bool(
             await ensure_async(
                 self.authorizer.is_authorized(self, self.current_user, action, resource)
@@ -130,12 +137,10 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         self.target = session.service_address(services[service])
         if self.target is None:
             raise Unavailable(f"session {session.id}: main1's port of {service!r} is not known yet")
-        host = self.target[0]
         self.user_of = (api, session.id)
         self.bai.activity.note(api, session.id, "proxy")
         # The key as the caller wrote it (id or name): redirects stay under that path.
         self.proxy_base = url_path_join("bai/sessions", session_id, "proxy", service)
-        self.host_allowlist = [str(host)]
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -146,46 +151,21 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         self.set_header("Content-Type", "application/json")
         self.finish(error_body(code, message))
 
-    # --- what the service gets ----------------------------------------------------------------
-
-    def proxy_request_headers(self) -> httputil.HTTPHeaders:
-        """The request's headers without Jupyter's token, cookies and XSRF header."""
-        headers = cast(httputil.HTTPHeaders, super().proxy_request_headers())
-        for name in _JUPYTER_HEADERS:
-            headers.pop(name, None)
-        if _JUPYTER_AUTH.match(headers.get("Authorization", "")):
-            headers.pop("Authorization")
-        if "Cookie" in headers:
-            kept = self._service_cookies(headers["Cookie"])
-            headers.pop("Cookie")
-            if kept:
-                headers["Cookie"] = kept
-        return headers
-
-    def _service_cookies(self, header: str) -> str:
-        jupyter = {"_xsrf", self.cookie_name}
-        try:
-            cookies = SimpleCookie(header)
-        except CookieError:
-            return ""
-        return "; ".join(
-            f"{name}={morsel.coded_value}"
-            for name, morsel in cookies.items()
-            if name not in jupyter and not name.startswith("jupyterhub-")
-        )
-
-    def get_client_uri(self, protocol: str, host: str, port: int, proxied_path: str) -> str:
-        query = self.request.query
-        if query:
-            kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True)]
-            self.request.query = urlencode([(k, v) for k, v in kept if k not in _JUPYTER_QUERY])
-        try:
-            return cast(str, super().get_client_uri(protocol, host, port, proxied_path))
-        finally:
-            self.request.query = query
-
     def check_xsrf_cookie(self) -> None:
         """The service checks its own requests; Jupyter's XSRF token is not its business."""
+
+    def _context(self) -> str:
+        """Where the service is served from, with the server's base URL."""
+        return url_path_join(self.base_url, self.proxy_base)
+
+    def _request_head(self, path: str, body: bytes | None) -> bytes:
+        upgrade = self.request.headers["Upgrade"] if self._upgrade() else None
+        jupyter_cookies = {"_xsrf", self.cookie_name}
+        headers = service_headers(
+            self.request.headers, jupyter_cookies, self._context(), body, upgrade
+        )
+        target = service_target(path, self.request.query)
+        return request_head(str(self.request.method), target, headers)
 
     # --- the methods --------------------------------------------------------------------------
 
@@ -193,147 +173,194 @@ class SessionProxyHandler(ProxyHandler):  # type: ignore[misc]
         assert self.target is not None  # set by prepare, which finishes the request otherwise
         return self.target
 
+    async def _proxy(self, path: str) -> None:
+        body = self.request.body or None
+        if body is None and self.request.method in ("POST", "PUT", "PATCH"):
+            body = b""
+        await self._proxy_buffered(*self._where(), path, body, client=None)
+
     @web.authenticated
     @authorized
     async def get(self, session_id: str, service: str, path: str = "") -> None:
-        """HTTP GET, or the WebSocket handshake (then :meth:`open`)."""
-        await super().get(session_id, service, path)
-
-    async def http_get(self, session_id: str, service: str, path: str = "") -> None:
-        await self.proxy(*self._where(), path)
+        """HTTP GET, or a WebSocket's handshake and then its relay."""
+        if self._upgrade():
+            await self._relay_upgrade(*self._where(), path)
+        else:
+            await self._proxy(path)
 
     @web.authenticated
     @authorized
     async def post(self, session_id: str, service: str, path: str = "") -> None:
-        await self.proxy(*self._where(), path)
+        await self._proxy(path)
 
     @web.authenticated
     @authorized
     async def put(self, session_id: str, service: str, path: str = "") -> None:
-        await self.proxy(*self._where(), path)
+        await self._proxy(path)
 
     @web.authenticated
     @authorized
     async def patch(self, session_id: str, service: str, path: str = "") -> None:
-        await self.proxy(*self._where(), path)
+        await self._proxy(path)
 
     @web.authenticated
     @authorized
     async def delete(self, session_id: str, service: str, path: str = "") -> None:
-        await self.proxy(*self._where(), path)
+        await self._proxy(path)
 
     @web.authenticated
     @authorized
     async def head(self, session_id: str, service: str, path: str = "") -> None:
-        await self.proxy(*self._where(), path)
+        await self._proxy(path)
 
     @web.authenticated
     @authorized
     async def options(self, session_id: str, service: str, path: str = "") -> None:
-        await self.proxy(*self._where(), path)
-
-    async def open(self, session_id: str, service: str, path: str = "") -> None:
-        """The WebSocket side, after :meth:`get` and ``prepare`` let the handshake through;
-        the session is in use while it stays open."""
-        if self.user_of is not None:
-            self.bai.activity.opened(*self.user_of)
-        await self.proxy_open(*self._where(), path)
+        await self._proxy(path)
 
     def on_close(self) -> None:
+        """A relayed WebSocket ended: the session is no longer in use by it."""
         if self.user_of is not None:
             self.bai.activity.closed(self.user_of[1])
             self.user_of = None
-        super().on_close()
+
+    # --- the exchange -------------------------------------------------------------------------
 
     async def _proxy_buffered(
         self, host: str, port: int, proxied_path: str, body: bytes | None, client: Any
     ) -> None:
-        """Stream the reply as it comes (the parent class would buffer it whole)."""
-        client.close()  # the parent's fresh client per request: ours is shared
-        started = False
-        head: dict[str, Any] = {}
+        """One request to the service; the reply streams back as it comes.
 
-        def on_header(line: str) -> None:
-            if line.startswith("HTTP/"):
-                head.clear()
-                head["start"] = httputil.parse_response_start_line(line.strip())
-                head["headers"] = httputil.HTTPHeaders()
-            elif line.strip() and "headers" in head:
-                head["headers"].parse_line(line)
-
-        def send_head() -> None:
-            nonlocal started
-            if started or "start" not in head:
-                return
-            started = True
-            start = head["start"]
-            self.set_status(start.code, start.reason)
-            self._headers = httputil.HTTPHeaders()
-            for name, value in head["headers"].get_all():
-                if name in _FRAMING:
-                    continue
-                if name == "Location" and start.code in (301, 302, 303, 307, 308):
-                    value = self._rewrite_location_header(value, host, port, proxied_path)
-                self.add_header(name, value)
-
-        pending = 0
-
-        def on_chunk(chunk: bytes) -> None:
-            nonlocal pending
-            if self.client_gone:
-                raise _ClientGone("the caller closed the connection")
-            send_head()
-            self.write(chunk)
-            pending += len(chunk)
-            # A short read means the service paused: pass on what came (streams, events).
-            # Full reads mean more is waiting: send in bigger writes.
-            if len(chunk) < _READ_CHUNK or pending >= _FLUSH_AT:
-                self.flush()
-                pending = 0
-
-        request = self._build_proxy_request(
-            host,
-            port,
-            proxied_path,
-            body,
-            header_callback=on_header,
-            streaming_callback=on_chunk,
-        )
-        request.request_timeout = self.bai.proxy_timeout or None
-        request.connect_timeout = self.connect_timeout
-        error: BaseException | None
-        try:
-            response = await self._fetch(request)
-        except (httpclient.HTTPError, OSError) as exc:
-            error = exc
-        else:  # an HTTP error status is the service's answer; 599 is no answer
-            error = response.error
-            if isinstance(error, httpclient.HTTPError) and error.code != 599:
-                error = None
-        if self.client_gone:
-            return  # nobody to answer: the upstream connection is closed already
-        if error is not None:
-            if started:
-                return  # the head is out: all we can do is end the body early
-            # OSError: nothing listens (refused, unreachable); tornado raises it as is.
-            if isinstance(error, OSError) or "connect" in str(error):
-                raise ServiceUnreachable(f"the service did not answer: {error}")
-            raise HTTPError(502, f"the service did not answer: {error}")
-        send_head()
-        self._record_activity()
-
-    async def _fetch(self, request: httpclient.HTTPRequest) -> httpclient.HTTPResponse:
-        """The upstream fetch; a long download or stream keeps the session in use."""
-        if self.user_of is not None:
+        jupyter-server-proxy's name and arguments, which the endpoint proxy overrides
+        (``client`` is unused).
+        """
+        head = self._request_head(proxied_path, body)
+        if self.user_of is not None:  # a long download or stream keeps the session in use
             self.bai.activity.opened(*self.user_of)
         try:
-            response: httpclient.HTTPResponse = await self.bai.upstream().fetch(
-                request, raise_error=False
-            )
-            return response
+            reuse = self.request.method in IDEMPOTENT
+            await self._exchange(host, port, head + body if body else head, reuse)
         finally:
             if self.user_of is not None:
                 self.bai.activity.closed(self.user_of[1])
 
-    #: Server-Sent Events take the same streaming path.
-    _proxy_progressive = _proxy_buffered
+    async def _relay_upgrade(self, host: str, port: int, proxied_path: str) -> None:
+        """A WebSocket: the handshake goes to the service; once it answers 101 the two
+        connections are relayed as bytes until either closes."""
+        if not self.check_origin():
+            raise HTTPError(403, "cross-origin WebSocket refused")
+        upgraded = await self._exchange(host, port, self._request_head(proxied_path, None), False)
+        if upgraded is None:
+            return  # the service refused the upgrade: its reply went back as it was
+        self.finish()  # the 101 goes out; then the connection is ours
+        caller = self.detach()
+        if self.user_of is not None:
+            self.bai.activity.opened(*self.user_of)
+        try:
+            await pipe(caller, upgraded, self._record_activity)
+        finally:
+            self.on_close()
+
+    async def _exchange(self, host: str, port: int, request: bytes, reuse: bool) -> IOStream | None:
+        """Send ``request`` and pass the reply back; the service's connection after a 101."""
+        timeout = self.bai.proxy_timeout or None
+        loop = IOLoop.current()
+        timer = loop.call_later(timeout, self._time_out) if timeout else None
+        self._record_activity()
+        try:
+            sent = await self._send(host, port, request, reuse)
+            if sent is None:
+                return None
+            stream, start, headers = sent
+            if start.code == 101:
+                if self._upgrade():
+                    self._reply_head(start, headers)
+                    return stream
+                stream.close()
+                raise HTTPError(502, "the service switched protocols unasked")
+            self._reply_head(start, headers)
+            connection = cast(HTTP1Connection, self.request.connection)
+            caller = connection.stream
+
+            def sink(piece: memoryview) -> Future[None] | None:
+                self._record_activity()
+                if self._headers_written:
+                    written = connection.write(piece)  # type: ignore[arg-type]  # any buffer
+                else:  # the head with the first piece: one write (a copy is cheaper)
+                    self.write(bytes(piece))
+                    written = self.flush()
+                return written if caller.writing() else None  # not all sent: wait for it
+
+            try:
+                framed = await relay_body(stream, str(self.request.method), start, headers, sink)
+            except (StreamClosedError, httputil.HTTPInputError) as exc:
+                stream.close()
+                if not self._gone():
+                    if not self._headers_written:
+                        raise self._bad_gateway(exc) from None
+                    caller.close()  # the head is out: a cut reply must not look complete
+                return None
+            if reuse and framed and _reusable(start, headers) and not stream.writing():
+                self._pool().keep(host, port, stream)
+            else:
+                stream.close()
+            return None
+        finally:
+            self.upstream = None
+            if timer is not None:
+                loop.remove_timeout(timer)
+
+    async def _send(
+        self, host: str, port: int, request: bytes, reuse: bool
+    ) -> tuple[IOStream, httputil.ResponseStartLine, httputil.HTTPHeaders] | None:
+        """The request out and the reply's head in (None: the caller left meanwhile)."""
+        try:
+            return await self._pool().send(
+                host, port, request, reuse, self.connect_timeout, self._track
+            )
+        except Unreachable as exc:
+            raise ServiceUnreachable(f"the service did not answer: {exc}") from None
+        except (StreamClosedError, httputil.HTTPInputError) as exc:
+            if self._gone():
+                return None
+            raise self._bad_gateway(exc) from None
+
+    def _track(self, stream: IOStream) -> None:
+        self.upstream = stream
+        if self._gone():
+            stream.close()
+
+    def _reply_head(self, start: httputil.ResponseStartLine, headers: httputil.HTTPHeaders) -> None:
+        """The service's status and headers, to go out with the first piece of the body."""
+        self.set_status(start.code, start.reason)
+        self._headers = httputil.HTTPHeaders()
+        for name, value in reply_headers(start.code, headers, self._context()):
+            self.add_header(name, value)
+
+    def _bad_gateway(self, exc: BaseException) -> HTTPError:
+        if self.timed_out:
+            limit = f"{self.bai.proxy_timeout:g} s (BaiJupyterApp.proxy_timeout)"
+            return HTTPError(502, f"the service did not answer within {limit}")
+        return HTTPError(502, f"the service did not answer: {exc or type(exc).__name__}")
+
+    def _gone(self) -> bool:
+        return self.client_gone or cast(HTTP1Connection, self.request.connection).stream.closed()
+
+    def _time_out(self) -> None:
+        self.timed_out = True
+        if self.upstream is not None:
+            self.upstream.close()
+
+    def _pool(self) -> KeepAliveClient:
+        pool: KeepAliveClient = self.bai.upstream()
+        return pool
+
+    def _record_activity(self) -> None:
+        """Proxied traffic counts as use of this Jupyter server (its own idle culling)."""
+        times = self.settings.setdefault("last_activity_times", {})
+        times["bai_jupyter"] = datetime.now(timezone.utc)
+
+
+def _reusable(start: httputil.ResponseStartLine, headers: httputil.HTTPHeaders) -> bool:
+    """Whether the service keeps the connection open after this reply."""
+    return start.version == "HTTP/1.1" and "close" not in headers.get("Connection", "").lower()

@@ -1,0 +1,111 @@
+"""What the proxy passes on, each way: a request without Jupyter's credentials and this hop's
+own headers, and a reply without its framing, its redirects kept under the proxy's prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterator
+from http.cookies import CookieError, SimpleCookie
+from urllib.parse import quote, unquote_plus, urlsplit
+
+from jupyter_server.utils import url_path_join
+from tornado import httputil
+
+__all__ = ["reply_headers", "service_headers", "service_target"]
+
+#: Query parameters that carry Jupyter's credentials.
+_JUPYTER_QUERY = {"token", "_xsrf"}
+_JUPYTER_AUTH = re.compile(r"^\s*(token|bearer)\s", re.IGNORECASE)
+#: Request headers not passed on (names as tornado spells them): Jupyter's XSRF headers,
+#: this hop's own (RFC 9110 7.6.1), Expect (answered here) and the length (set again).
+_DROPPED = frozenset(
+    {
+        *("X-Xsrftoken", "X-Xsrf-Token", "X-Csrftoken"),
+        *("Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Upgrade"),
+        *("Transfer-Encoding", "Proxy-Authorization", "Proxy-Authenticate", "Expect"),
+        "Content-Length",
+    }
+)
+#: Reply headers not copied (tornado frames the body itself; a Content-Length is kept: the
+#: client then reads a plain body instead of chunks).
+_FRAMING = {"Transfer-Encoding", "Connection", "Keep-Alive"}
+_REDIRECTS = (301, 302, 303, 307, 308)
+#: What a path keeps unquoted towards the service: RFC 3986's reserved and unreserved.
+_PATH_SAFE = ":/?#[]@!$&'()*+,;=-._~"
+
+
+def service_target(path: str, query: str) -> str:
+    """The path (quoted again: tornado unquoted it) and the query without Jupyter's
+    credentials (the rest as the caller wrote it)."""
+    target = quote(path if path.startswith("/") else "/" + path, safe=_PATH_SAFE)
+    kept = "&".join(
+        part
+        for part in query.split("&")
+        if part and unquote_plus(part.split("=", 1)[0]) not in _JUPYTER_QUERY
+    )
+    return f"{target}?{kept}" if kept else target
+
+
+def service_headers(
+    headers: httputil.HTTPHeaders,
+    jupyter_cookies: Collection[str],
+    context: str,
+    body: bytes | None,
+    upgrade: str | None,
+) -> httputil.HTTPHeaders:
+    """The request's headers without Jupyter's token, cookies and XSRF header, with the
+    prefix the service is served under (``context``), asking to keep the connection, or
+    to upgrade it to ``upgrade``."""
+    sent = httputil.HTTPHeaders()
+    for name, value in headers.get_all():
+        if name in _DROPPED or (name == "Authorization" and _JUPYTER_AUTH.match(value)):
+            continue
+        if name == "Cookie":
+            value = _service_cookies(value, jupyter_cookies)
+            if not value:
+                continue
+        sent.add(name, value)
+    for name in ("X-Forwarded-Context", "X-ProxyContextPath", "X-Forwarded-Prefix"):
+        sent[name] = context
+    if upgrade:
+        sent["Connection"] = "Upgrade"
+        sent["Upgrade"] = upgrade
+    else:
+        sent["Connection"] = "keep-alive"
+    if body is not None:
+        sent["Content-Length"] = str(len(body))
+    return sent
+
+
+def _service_cookies(header: str, jupyter: Collection[str]) -> str:
+    try:
+        cookies = SimpleCookie(header)
+    except CookieError:
+        return ""
+    return "; ".join(
+        f"{name}={morsel.coded_value}"
+        for name, morsel in cookies.items()
+        if name not in jupyter and not name.startswith("jupyterhub-")
+    )
+
+
+def reply_headers(
+    code: int, headers: httputil.HTTPHeaders, context: str
+) -> Iterator[tuple[str, str]]:
+    """The reply's headers as the caller gets them (a 101's all: the connection is the
+    two ends' from then on)."""
+    for name, value in headers.get_all():
+        if name in _FRAMING and code != 101:
+            continue
+        if name == "Location" and code in _REDIRECTS:
+            value = _rewrite_location(value, context)
+        yield name, value
+
+
+def _rewrite_location(location: str, context: str) -> str:
+    """A redirect to an absolute path stays under the proxy's prefix."""
+    parts = urlsplit(location)
+    if parts.scheme or parts.netloc or not location.startswith("/"):
+        return location
+    return parts._replace(path=url_path_join(context, parts.path)).geturl()
