@@ -467,7 +467,7 @@ async def _get(pool: upstream.KeepAliveClient, port: int, reuse: bool = True) ->
 
 async def test_upstream_hands_out_a_kept_connection_only_where_asked() -> None:
     service, port = _local_service()
-    pool = upstream.upstream_client()
+    pool = upstream.KeepAliveClient()
     try:
         first = await _get(pool, port)
         pool.keep("127.0.0.1", port, first)
@@ -489,7 +489,7 @@ async def test_upstream_sends_again_when_a_kept_connection_was_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     service, port = _local_service()
-    pool = upstream.upstream_client()
+    pool = upstream.KeepAliveClient()
     try:
         first = await _get(pool, port)
         pool.keep("127.0.0.1", port, first)
@@ -549,7 +549,7 @@ async def test_reply_bodies_in_every_framing(
     sock, port = bind_unused_port()
     canned = _Canned(reply, close=not framed)
     canned.add_sockets([sock])
-    pool = upstream.upstream_client()
+    pool = upstream.KeepAliveClient()
     try:
         stream, start, headers = await pool.send("127.0.0.1", port, _GET, False, 5.0, _untracked)
         pieces: list[bytes] = []

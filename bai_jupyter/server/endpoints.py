@@ -136,13 +136,11 @@ class EndpointProxyHandler(SessionProxyHandler):
         self._release()
         super().on_close()
 
-    async def _proxy_buffered(
-        self, host: str, port: int, proxied_path: str, body: bytes | None, client: Any
-    ) -> None:
+    async def _forward(self, host: str, port: int, proxied_path: str, body: bytes | None) -> None:
         """The session proxy's request; a replica not reached hands it to the next one."""
         while True:
             try:
-                await super()._proxy_buffered(host, port, proxied_path, body, client)
+                await super()._forward(host, port, proxied_path, body)
                 return
             except ServiceUnreachable as exc:
                 assert self.route is not None and self.replica is not None
@@ -155,5 +153,3 @@ class EndpointProxyHandler(SessionProxyHandler):
                     raise exc from None
                 self._hold(replica)
                 host, port = replica.host, replica.port
-
-    _proxy_progressive = _proxy_buffered

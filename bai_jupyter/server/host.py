@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from tornado import web
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from traitlets import Bool, Float, Instance, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
@@ -32,7 +31,7 @@ from .kernel_access import KernelAccess
 from .kernel_runs import KernelRuns
 from .routes import api_routes
 from .running import RunningSessions
-from .upstream import upstream_client
+from .upstream import KeepAliveClient
 
 __all__ = ["NAME", "ApiHost", "Step"]
 
@@ -136,14 +135,14 @@ class ApiHost(LoggingConfigurable):
         self.running = RunningSessions()
         self.activity = ActivityNotes(self.activity_interval, self.log)
         self.streams: set[asyncio.Queue[Any]] = set()
-        self._upstream: SimpleAsyncHTTPClient | None = None
+        self._upstream: KeepAliveClient | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.access: KernelAccess | None = None
 
-    def upstream(self) -> SimpleAsyncHTTPClient:
-        """The proxy's client towards the services (made on first use, on the server's loop)."""
+    def upstream(self) -> KeepAliveClient:
+        """The proxy's connections to the services (made on first use, on the server's loop)."""
         if self._upstream is None:
-            self._upstream = upstream_client()
+            self._upstream = KeepAliveClient()
         return self._upstream
 
     def endpoint_router(self) -> Router | None:

@@ -177,7 +177,7 @@ class SessionProxyHandler(JupyterHandler):
         body = self.request.body or None
         if body is None and self.request.method in ("POST", "PUT", "PATCH"):
             body = b""
-        await self._proxy_buffered(*self._where(), path, body, client=None)
+        await self._forward(*self._where(), path, body)
 
     @web.authenticated
     @authorized
@@ -226,14 +226,9 @@ class SessionProxyHandler(JupyterHandler):
 
     # --- the exchange -------------------------------------------------------------------------
 
-    async def _proxy_buffered(
-        self, host: str, port: int, proxied_path: str, body: bytes | None, client: Any
-    ) -> None:
-        """One request to the service; the reply streams back as it comes.
-
-        jupyter-server-proxy's name and arguments, which the endpoint proxy overrides
-        (``client`` is unused).
-        """
+    async def _forward(self, host: str, port: int, proxied_path: str, body: bytes | None) -> None:
+        """One request to the service; the reply streams back as it comes (the endpoint
+        proxy overrides it to try the next replica)."""
         head = self._request_head(proxied_path, body)
         if self.user_of is not None:  # a long download or stream keeps the session in use
             self.bai.activity.opened(*self.user_of)

@@ -1,8 +1,7 @@
 """The proxy's connections to main1's services: one pool per server, kept between requests.
 
-jupyter-server-proxy makes a fresh client (and a fresh resolver) for every
-request; kernels are reached at IP addresses, so ours answers those without
-asking the system resolver (a thread hop per request under tornado).
+Kernels are reached at IP addresses, so the pool answers those without asking
+the system resolver (a thread hop per request under tornado).
 
 A new connection costs a connect, a close and, behind Docker's port proxy, a
 second connection there: about a quarter of a small proxied request's time. So
@@ -17,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tornado import httputil, util
+from tornado.ioloop import IOLoop
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.netutil import DefaultLoopResolver, Resolver
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
 from tornado.tcpclient import TCPClient
 
 from .relay import read_head
@@ -29,7 +28,6 @@ __all__ = [
     "KeepAliveClient",
     "LiteralFirstResolver",
     "Unreachable",
-    "upstream_client",
 ]
 
 #: Requests that may go on a kept connection: they can be sent again on a new one when the
@@ -83,15 +81,14 @@ class Unreachable(Exception):
     """No connection to the service (refused, unreachable, none in time)."""
 
 
-class KeepAliveClient(SimpleAsyncHTTPClient):
-    """The services' connections, kept open between requests per service.
+class KeepAliveClient:
+    """The services' connections, kept open between requests per service: the proxy sends
+    its requests with :meth:`send` and gives connections back with :meth:`keep`. Made on
+    the server's loop."""
 
-    A SimpleAsyncHTTPClient (the server holds it as one); the proxy sends its
-    requests with :meth:`send` and gives connections back with :meth:`keep`.
-    """
-
-    def initialize(self, *args: Any, **kwargs: Any) -> None:
-        super().initialize(*args, **kwargs)
+    def __init__(self) -> None:
+        self.io_loop = IOLoop.current()
+        self.resolver = LiteralFirstResolver()
         self.dialer = TCPClient(resolver=self.resolver)
         #: Per service, its idle connections, each with the timer that closes it.
         self.idle: dict[tuple[str, int], list[tuple[IOStream, object]]] = {}
@@ -172,9 +169,4 @@ class KeepAliveClient(SimpleAsyncHTTPClient):
                 self.io_loop.remove_timeout(timer)
                 stream.close()
         self.idle.clear()
-        super().close()
-
-
-def upstream_client() -> KeepAliveClient:
-    """The pool of one server (made on its loop)."""
-    return KeepAliveClient(force_instance=True, resolver=LiteralFirstResolver())
+        self.dialer.close()
