@@ -108,6 +108,7 @@ class WarmPools:
             self._wake.clear()
 
     def wake(self) -> None:
+        """Ask for a round now (a claim took a warm session)."""
         self._wake.set()
 
     async def _resolve(self, pool: PoolConfig) -> tuple[str, SessionSpec] | str:
@@ -132,22 +133,28 @@ class WarmPools:
             self.resolved[pool.name] = resolved = await self._resolve(pool)
             if isinstance(resolved, str) and resolved != previous:
                 self.core.log.error("bai-jupyter: warm pool %s: %s", pool.name, resolved)
-        wanted = {
-            (pool.name, r[0]): pool
+        keys = {
+            pool.name: r[0]
             for pool in self.pools
             if not isinstance(r := self.resolved[pool.name], str)
         }
+        # A pool whose request cannot be checked now (an engine that does not answer, a
+        # template just removed) keeps what it has: it is neither drained nor refilled.
+        unresolved = {pool.name for pool in self.pools} - set(keys)
         now = time.time()
         mine: dict[str, list[Session]] = {}
         for session in sessions:
             mark = warm_mark(session)
-            if (mark.get("pool"), mark.get("key")) not in wanted:
+            if mark.get("pool") in unresolved:
+                continue
+            if keys.get(str(mark.get("pool"))) != mark.get("key"):
                 await self.end(session, "pool-drained")
             elif not reserved(session, now):
                 mine.setdefault(str(mark["pool"]), []).append(session)
         waiting = await self._groups_waiting()
-        for (name, key), pool in wanted.items():
-            await self._fill(pool, key, mine.get(name, []), waiting)
+        for pool in self.pools:
+            if pool.name in keys:
+                await self._fill(pool, keys[pool.name], mine.get(pool.name, []), waiting)
 
     async def _groups_waiting(self) -> set[str]:
         """Resource groups where a user's session waits."""
