@@ -180,7 +180,8 @@ class RawKernels:
                 self.client.api.remove_network(start.network)
 
     def sweep(self) -> int:
-        """Remove whatever of this run is left; the number of things removed."""
+        """Remove whatever of this run is left (the shared bridge too); the number of
+        leftovers removed (the shared bridge is no leftover)."""
         api, removed = self.client.api, 0
         for container in api.containers(all=True, filters={"label": f"{RAW_LABEL}={self.run_id}"}):
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
@@ -189,6 +190,6 @@ class RawKernels:
         for network in api.networks(filters={"label": f"{RAW_LABEL}={self.run_id}"}):
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 api.remove_network(network["Id"])
-                removed += 1
+                removed += network["Name"] != self.shared
         shutil.rmtree(self.root / "conn", ignore_errors=True)
         return removed
