@@ -269,7 +269,8 @@ class WarmPools:
         for pool in self.pools:
             resolved = self.resolved.get(pool.name)
             live = [s for s in sessions if warm_mark(s).get("pool") == pool.name]
-            warm = [s for s in live if s.status is Status.RUNNING and not reserved(s, now)]
+            current = [s for s in live if _current(s, resolved)]
+            warm = [s for s in current if s.status is Status.RUNNING and not reserved(s, now)]
             entry: dict[str, Any] = {
                 "name": pool.name,
                 "size": pool.size,
@@ -278,9 +279,10 @@ class WarmPools:
                 "notebook": self.has_notebook(pool),
                 "max_slots": None if pool.max_slots is None else pool.max_slots.to_json(),
                 "warm": len(warm),
-                "starting": len([s for s in live if s.status is not Status.RUNNING]),
+                "starting": len([s for s in current if s.status is not Status.RUNNING]),
+                "draining": len(live) - len(current),
                 "held": sum((s.spec.total_resources for s in live), ResourceSlot()).to_json(),
-                "sessions": [s.id for s in live],
+                "sessions": [s.id for s in current],
                 **stats[pool.name],
             }
             if isinstance(resolved, str):
@@ -291,6 +293,17 @@ class WarmPools:
                 entry["resource_group"] = resolved[1].resource_group
             reply.append(entry)
         return reply
+
+
+def _current(session: Session, resolved: tuple[str, SessionSpec] | str | None) -> bool:
+    """Whether a pool's session serves its request as now configured.
+
+    Before the pool's first round nothing is known to (a restarted manager may find
+    sessions of an older setting); a pool whose request cannot be checked keeps all.
+    """
+    if resolved is None:
+        return False
+    return isinstance(resolved, str) or warm_mark(session).get("key") == resolved[0]
 
 
 def _with(agents: list[Agent], free: Mapping[str, ResourceSlot]) -> list[Agent]:

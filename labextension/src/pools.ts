@@ -24,6 +24,8 @@ export interface PoolJSON {
   warm: number;
   /** On their way (queued or starting). */
   starting: number;
+  /** Of an older setting of the pool, being ended (or, just after a start, not yet checked). */
+  draining: number;
   /** What its live sessions hold in all. */
   held: Slots;
   /** Launches that matched it, served warm, started cold; warm sessions ended to make room. */

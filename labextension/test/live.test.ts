@@ -214,6 +214,7 @@ function poolOf(warm: number, starting: number, claims = 0): PoolJSON {
     max_slots: null,
     warm,
     starting,
+    draining: 0,
     held: {},
     claims,
     hits: claims,

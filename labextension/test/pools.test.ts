@@ -37,6 +37,7 @@ function pool(overrides: Partial<PoolJSON> = {}): PoolJSON {
     max_slots: null,
     warm: 2,
     starting: 0,
+    draining: 0,
     held: { cpu: '0.500', mem: String(384 * MIB) },
     claims: 3,
     hits: 2,
