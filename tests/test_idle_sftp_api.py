@@ -451,7 +451,8 @@ async def test_the_command_line_makes_sessions_of_each_kind_and_an_sftp_login(
     assert code == 0, out
     key = tmp_path / "cli-files.key"
     assert key.stat().st_mode & 0o777 == 0o600 and "PRIVATE KEY" not in out
-    *options, login = out.split()  # sftp -P PORT -o UserKnownHostsFile=… -i KEY work@HOST
+    sftp_line, rsync_line = out.splitlines()
+    *options, login = sftp_line.split()  # sftp -P PORT -o UserKnownHostsFile=… -i KEY work@HOST
     command = [*options, "-b", "-", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", login]
     (tmp_path / "up.txt").write_text("via the command line\n")
     code, out = await _run(*command, stdin=f"put {tmp_path}/up.txt data/cli-up.txt\n")
@@ -459,6 +460,15 @@ async def test_the_command_line_makes_sessions_of_each_kind_and_an_sftp_login(
     assert (
         root / "folders" / "alice" / "data" / "cli-up.txt"
     ).read_text() == "via the command line\n"
+    # The rsync line as printed, with a folder of one's own and a data folder filled in.
+    (tmp_path / "tree" / "deep").mkdir(parents=True)
+    (tmp_path / "tree" / "deep" / "r.txt").write_text("via rsync\n")
+    rsync = rsync_line.replace("LOCAL_DIR", str(tmp_path / "tree")).replace("FOLDER", "data/tree")
+    code, out = await _run(*shlex.split(rsync.replace("ssh -p", "ssh -o BatchMode=yes -p")))
+    assert code == 0, out
+    assert (root / "folders" / "alice" / "data" / "tree" / "deep" / "r.txt").read_text() == (
+        "via rsync\n"
+    )
     code, out = await _cli(server, "alice-token", "delete", "cli-files")
     assert code == 0 and "TERMINATED (user-requested)" in out, out
 

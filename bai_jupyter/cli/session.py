@@ -18,6 +18,7 @@ from traitlets import Bool, Float, Unicode
 
 from ..client import RemoteManager
 from ..model import SessionType, Status
+from ..runtime.protocol import RSYNC_MODULE, RSYNC_USER
 from ..sessions_model import load_rows
 from ..text import cluster_text, sessions_table
 from .base import BaiCommand, subcommand
@@ -147,7 +148,8 @@ class SessionSftpApp(SessionCommand):
     name = "bai-jupyter session sftp"
     description = (
         "Write a running system session's SFTP key and host key to files (mode 600) in "
-        "--dir, and print the sftp command that uses them. Only the owner gets the key; "
+        "--dir, and print the sftp and rsync commands that use them. Only the owner gets "
+        "the key; "
         "a session made with ssh_public_key has none to hand out (use your own key)."
     )
     usage = "bai-jupyter session sftp SESSION [--dir DIR] [--url URL --token TOKEN]"
@@ -171,12 +173,16 @@ class SessionSftpApp(SessionCommand):
         base = Path(self.dir) / (view.get("name") or view["id"][:8])
         hosts = base.with_suffix(".known_hosts")
         _write_private(hosts, sftp["known_hosts"] + "\n")
-        options = f"-P {sftp['port']} -o UserKnownHostsFile={hosts}"
+        options = f"-o UserKnownHostsFile={hosts}"
         if sftp.get("private_key"):
             key_file = base.with_suffix(".key")
             _write_private(key_file, sftp["private_key"])
             options += f" -i {key_file}"
-        print(f"sftp {options} {sftp['user']}@{sftp['host']}")
+        print(f"sftp -P {sftp['port']} {options} {sftp['user']}@{sftp['host']}")
+        print(
+            f"rsync -a -e 'ssh -p {sftp['port']} {options}' LOCAL_DIR/ "
+            f"{RSYNC_USER}@{sftp['host']}::{RSYNC_MODULE}/FOLDER/"
+        )
         return 0
 
 

@@ -5,6 +5,14 @@ reads the shell, iopub and stdin channels and files every message under the run
 it answers. A call waits until its run finishes, asks for input, or
 ``execute_chunk_timeout`` passes; then it returns what came so far, so a long run
 comes back in ``continued`` chunks and nothing is lost between them.
+
+main1's ipykernel may restart under the client (a restart from JupyterLab, through
+another server, or the runtime's own): ZeroMQ reconnects quietly, but a request in
+flight is lost and so may be the new kernel's first output. Every message says which
+kernel process sent it, so a message from another one marks the client stale: its
+unfinished runs end as ``KernelRestarted`` and the next run gets a fresh client.
+A run with no reply by the end of a chunk asks ``kernel_info`` so that a restart is
+seen even when nothing else would come.
 """
 
 from __future__ import annotations
@@ -97,6 +105,10 @@ class _Connection:
         self.by_msg: dict[str, _Run] = {}
         self.log = log
         self.readers: list[asyncio.Task[None]] = []
+        #: The ipykernel process it answers to (its messages' ``header.session``).
+        self.kernel = ""
+        #: A message came from another ipykernel process: main1's kernel restarted.
+        self.restarted = False
 
     async def open(self, timeout: float) -> None:
         """Wait up to ``timeout`` for main1's kernel to answer ``kernel_info`` on shell and iopub.
@@ -139,6 +151,7 @@ class _Connection:
             except queue.Empty:
                 return False
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                self.kernel = msg["header"].get("session", "")
                 break  # older replies (of earlier tries) are skipped
         else:
             return False
@@ -156,9 +169,32 @@ class _Connection:
         source = getattr(self.client, f"{channel}_channel")
         while True:
             msg = await source.get_msg()
+            if msg["header"].get("session", self.kernel) != self.kernel:
+                self._end_runs_cut_by_restart()
+                return
             run = self.by_msg.get(msg.get("parent_header", {}).get("msg_id", ""))
             if run is not None:
                 self._file(run, channel, msg)
+
+    def _end_runs_cut_by_restart(self) -> None:
+        if self.restarted:
+            return
+        self.restarted = True
+        self.log.info("bai-jupyter: main1's kernel restarted under a client of the execute API")
+        for run in self.runs.values():
+            if run.finished:
+                continue
+            run.add(
+                "error",
+                {
+                    "ename": "KernelRestarted",
+                    "evalue": "main1's Jupyter kernel restarted during this run; "
+                    "what it printed after that is lost: run it again",
+                    "traceback": [],
+                },
+            )
+            run.reply = run.reply or {"status": "error"}
+            run.idle = True
 
     def _file(self, run: _Run, channel: str, msg: dict[str, Any]) -> None:
         kind, content = msg["header"]["msg_type"], msg["content"]
@@ -251,6 +287,10 @@ class KernelRuns:
         """One call of the execute API (see the module docs)."""
         require_running(session)
         conn = await self._connection(session)
+        if conn.restarted and mode in ("query", "batch"):
+            # Its cut runs were handed back ended; a new run needs the new kernel's client.
+            self.forget(session.id, "main1's kernel restarted")
+            conn = await self._connection(session)
         conn.drop_abandoned(asyncio.get_running_loop().time() - self.run_ttl)
         if mode in ("query", "batch"):
             run_id = run_id or secrets.token_hex(8)
@@ -288,6 +328,8 @@ class KernelRuns:
             reply.update(status="waiting-input", prompt=run.prompt)
         else:
             reply["status"] = "continued"
+            if run.reply is None:
+                conn.client.kernel_info()  # answered at once by a restarted kernel
         return reply
 
     def forget(self, session_id: str, why: str | None = None) -> None:
