@@ -12,6 +12,7 @@ import functools
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -164,6 +165,18 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 # --- a manager whose sessions are all gone afterwards ---------------------------------------
+
+
+async def until(what: str, check: Any, timeout: float = 60, interval: float = 0.2) -> Any:
+    """Poll ``check()`` (a coroutine function) until it returns something true: that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = await check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {found!r}")
+        await asyncio.sleep(interval)
 
 
 @contextlib.asynccontextmanager

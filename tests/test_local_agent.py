@@ -9,11 +9,12 @@ import json
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from conftest import until
 
 from bai_jupyter.agents.base import AgentError, KernelEvent, KernelEventKind
 from bai_jupyter.agents.local import LocalAgent, files, processes
@@ -108,14 +109,6 @@ def make_plans(
     return session, plans
 
 
-async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-
-
 def collect(agent: LocalAgent) -> tuple[list[KernelEvent], asyncio.Task[None]]:
     events: list[KernelEvent] = []
 
@@ -153,7 +146,12 @@ def test_cluster_kernels_environment_dirs_and_shared_data_folder(
             assert env["BACKENDAI_KERNEL_ID"] == kid
             assert env["MASTER_ADDR"] == "127.0.0.1"  # cluster hostnames do not resolve here
             environ = root / session.id / host / "config" / "environ.txt"
-            await until(functools.partial(asyncio.to_thread, environ.exists))
+            await until(
+                "the environment file",
+                functools.partial(asyncio.to_thread, environ.exists),
+                10,
+                0.05,
+            )
             assert f"BACKENDAI_CLUSTER_HOST={host}\n" in environ.read_text()
         assert ids["main1"] == session.id and len(work_dirs) == 3
 
@@ -245,7 +243,7 @@ def test_batch_exit_code_timeout_event_and_logs(root: Path) -> None:
         async def both_ended() -> bool:
             return len(events) >= 2
 
-        await until(both_ended)
+        await until("both kernels ended", both_ended, 10, 0.05)
         by_session = {event.session_id: event for event in events}
         assert by_session[failing.id].kind is KernelEventKind.EXITED
         assert (by_session[failing.id].exit_code, by_session[failing.id].detail) == (3, {})
@@ -296,7 +294,7 @@ def test_destroy_does_not_report_and_a_later_agent_adopts_kernels(
         async def reported() -> bool:
             return bool(events)
 
-        await until(reported)
+        await until("the kernel reported gone", reported, 10, 0.05)
         assert (events[0].kind, events[0].kernel_id) == (KernelEventKind.GONE, plans[1].kernel_id)
 
         await second.destroy_session(session.id)
@@ -364,7 +362,7 @@ def test_destroy_kills_what_an_unresponsive_runtime_started(root: Path) -> None:
             table = await processes.process_table()
             return bool(processes.descendant_groups(table, runtime_pid))
 
-        await until(command_started)
+        await until("the command started", command_started, 10, 0.05)
         # The runtime runs its command in a session of its own; frozen, it cannot stop it.
         groups = processes.descendant_groups(await processes.process_table(), runtime_pid)
         assert runtime_pid not in groups

@@ -10,17 +10,15 @@ are checked without an engine.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import docker_client, started_manager
+from conftest import docker_client, started_manager, until
 from test_server_harness import Server, end_all, free_port, serving, start_server, stdout_of
 
 from bai_jupyter import kernelspecs
@@ -104,24 +102,12 @@ def _manager(tmp_path: Path, **traits: Any) -> BaiSessionManager:
     )
 
 
-async def _until(what: str, check: Any, timeout: float = 60) -> Any:
-    """Poll ``check()`` (a coroutine function) until it returns something true."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = await check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {found!r}")
-        await asyncio.sleep(0.2)
-
-
 async def _warm(mgr: BaiSessionManager, count: int = 1) -> dict[str, Any]:
     async def check() -> dict[str, Any] | None:
         (pool,) = await mgr.pools_view(admin=True)
         return pool if pool["warm"] == count and not pool["starting"] else None
 
-    found: dict[str, Any] = await _until(f"{count} warm sessions", check)
+    found: dict[str, Any] = await until(f"{count} warm sessions", check)
     return found
 
 
@@ -225,7 +211,7 @@ async def _warm_ids(server: Server) -> list[str]:
         (pool,) = await _pools(server)
         return pool["sessions"] if pool["warm"] == 1 and not pool["starting"] else None
 
-    found: list[str] = await _until("a warm session", check)
+    found: list[str] = await until("a warm session", check)
     return found
 
 
@@ -276,7 +262,7 @@ async def test_a_notebook_gets_a_warm_session_with_its_users_identity(
         # A restart (in place) starts the fresh ipykernel in the notebook's folder again.
         reply = await server.fetch("POST", f"api/kernels/{kernel_id}/restart")
         assert reply.code == 200, reply.body
-        lines = await _until("the restarted kernel", lambda: _try_run(server, sid))
+        lines = await until("the restarted kernel", lambda: _try_run(server, sid))
         assert lines[0] == f"{NOTEBOOK_DIR}/sub"
     (pool,) = await _pools(server)
     assert (pool["claims"], pool["hits"], pool["misses"]) == (1, 1, 0)
@@ -318,7 +304,7 @@ async def test_a_killed_server_finds_its_pool_a_changed_one_drains_it(
             old = await third.client().get(warm)
             return (old.status, old.status_info) == (Status.TERMINATED, "pool-drained")
 
-        await _until("the old warm session drained", drained)
+        await until("the old warm session drained", drained)
     finally:
         end_all(third)
         third.stop()  # a clean stop ends the warm sessions

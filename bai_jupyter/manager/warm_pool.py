@@ -133,28 +133,19 @@ class WarmPools:
             self.resolved[pool.name] = resolved = await self._resolve(pool)
             if isinstance(resolved, str) and resolved != previous:
                 self.core.log.error("bai-jupyter: warm pool %s: %s", pool.name, resolved)
-        keys = {
-            pool.name: r[0]
-            for pool in self.pools
-            if not isinstance(r := self.resolved[pool.name], str)
-        }
-        # A pool whose request cannot be checked now (an engine that does not answer, a
-        # template just removed) keeps what it has: it is neither drained nor refilled.
-        unresolved = {pool.name for pool in self.pools} - set(keys)
         now = time.time()
         mine: dict[str, list[Session]] = {}
         for session in sessions:
-            mark = warm_mark(session)
-            if mark.get("pool") in unresolved:
-                continue
-            if keys.get(str(mark.get("pool"))) != mark.get("key"):
+            name = str(warm_mark(session).get("pool"))
+            found = self.resolved.get(name)
+            if not _current(session, found):
                 await self.end(session, "pool-drained")
-            elif not reserved(session, now):
-                mine.setdefault(str(mark["pool"]), []).append(session)
+            elif isinstance(found, tuple) and not reserved(session, now):
+                mine.setdefault(name, []).append(session)
         waiting = await self._groups_waiting()
         for pool in self.pools:
-            if pool.name in keys:
-                await self._fill(pool, keys[pool.name], mine.get(pool.name, []), waiting)
+            if isinstance(found := self.resolved[pool.name], tuple):
+                await self._fill(pool, found[0], mine.get(pool.name, []), waiting)
 
     async def _groups_waiting(self) -> set[str]:
         """Resource groups where a user's session waits."""
@@ -296,10 +287,12 @@ class WarmPools:
 
 
 def _current(session: Session, resolved: tuple[str, SessionSpec] | str | None) -> bool:
-    """Whether a pool's session serves its request as now configured.
+    """Whether a pool's session serves its request as now configured (else it drains).
 
     Before the pool's first round nothing is known to (a restarted manager may find
-    sessions of an older setting); a pool whose request cannot be checked keeps all.
+    sessions of an older setting). A pool whose request cannot be checked now (an
+    engine that does not answer, a template just removed) keeps what it has: it is
+    neither drained nor refilled.
     """
     if resolved is None:
         return False
