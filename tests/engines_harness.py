@@ -381,9 +381,11 @@ class SSHLogin:
     #: The listening sshd (as root's shell runs it in the node's namespace).
     proc: subprocess.Popen[bytes]
 
-    def drop_connections(self, strict: bool = True) -> None:
+    def drop_connections(self, strict: bool = True, relays_only: bool = False) -> None:
         """End every connection, as a reboot of the engine's machine would (the listener
-        stays): SIGKILL to the listener's descendants. ``strict``: there must be one."""
+        stays): SIGKILL to the listener's descendants. ``strict``: there must be one.
+        ``relays_only``: only the ``docker system dial-stdio`` relays (the channels end,
+        the SSH connections stay)."""
         children: dict[int, list[int]] = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
@@ -394,11 +396,19 @@ class SSHLogin:
         while todo:
             found += (kids := children.get(todo.pop(), []))
             todo += kids
+        if relays_only:
+            found = [pid for pid in found if b"dial-stdio" in _cmdline(pid)]
         if strict and not found:
             raise RuntimeError("no SSH connection to drop")
         for pid in found:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
 
 
 def _keygen(path: Path, comment: str) -> str:

@@ -495,6 +495,8 @@ async def test_an_agent_reached_over_ssh(
             assert isinstance(far, DockerAgent) and not far.local
             session = await _running(mgr, {"resources": SMALL})
             assert await _sh(mgr, session.id, "hostname") == "main1"
+            login.drop_connections(relays_only=True)  # kept channels' far ends are gone
+            assert await _sh(mgr, session.id, "hostname") == "main1"
             login.drop_connections()  # the machine rebooted: the next call connects anew
             assert await _sh(mgr, session.id, "hostname") == "main1"
             here = _containers(node, session.id)

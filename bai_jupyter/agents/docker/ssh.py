@@ -15,7 +15,9 @@ and an agent that came back would stay unreachable), SSH failures raised as
 connection errors (what the engine's callers expect of an engine that is gone),
 and at most :data:`CHANNELS` HTTP connections at once: sshd refuses more sessions
 per connection than its ``MaxSessions`` (10 by default), so a call waits for a
-free one instead of failing.
+free one instead of failing. A request that changes nothing (GET, HEAD), cut on a
+kept channel whose far end went away, is sent again on a fresh channel, as urllib3
+does for a stale kept connection.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 import requests.exceptions
 from docker.transport.sshconn import SSHConnectionPool, SSHHTTPAdapter
 from paramiko.ssh_exception import AuthenticationException, BadHostKeyException, SSHException
+from urllib3.exceptions import ProtocolError
 
 __all__ = ["SSHAdapter", "explain_ssh"]
 
@@ -36,6 +39,10 @@ _Pool: Any = SSHConnectionPool
 KEEPALIVE = 15
 #: HTTP connections (SSH channels, each a ``dial-stdio`` on the engine's machine) at once.
 CHANNELS = 8
+#: Tries of one request when a channel is refused or cut (see ``SSHAdapter.send``).
+_TRIES = 3
+#: The engine API's methods that change nothing: sent again after a cut channel.
+_SAFE = frozenset({"GET", "HEAD"})
 
 
 class SSHAdapter(_Adapter):  # type: ignore[misc]
@@ -62,8 +69,7 @@ class SSHAdapter(_Adapter):  # type: ignore[misc]
         """One pool for every request (the SDK keeps one per URL, each holding idle
         channels), made again on a new SSH connection once the old one died."""
         with self._reconnecting:
-            transport = self.ssh_client.get_transport()
-            if transport is None or not transport.is_active():
+            if not self._alive():
                 self._drop_pool()  # its channels belong to the dead connection
                 self.ssh_client.close()
                 try:
@@ -91,16 +97,27 @@ class SSHAdapter(_Adapter):  # type: ignore[misc]
         super().close()
 
     def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        """Send on a channel of a live connection: a channel refused by a connection that
-        just died (nothing was sent on it) is asked for once more on a new one."""
-        for last in (False, True):
+        """Send on a channel of a live connection. Asked for once more on a new channel:
+        a channel refused by a connection that just died (nothing was sent on it), and a
+        request that changes nothing cut on a kept channel whose far end is gone (its
+        ``dial-stdio`` or the whole connection ended meanwhile; the kept ones are dropped)."""
+        for attempt in range(1, _TRIES + 1):
             try:
                 return super().send(request, *args, **kwargs)
             except SSHException as exc:
-                transport = self.ssh_client.get_transport()
-                if last or (transport is not None and transport.is_active()):
+                if attempt == _TRIES or self._alive():
                     raise requests.exceptions.ConnectionError(str(exc)) from exc
+            except requests.exceptions.ConnectionError as exc:
+                cut = bool(exc.args) and isinstance(exc.args[0], ProtocolError)
+                if attempt == _TRIES or not cut or request.method not in _SAFE:
+                    raise
+                with self._reconnecting:
+                    self._drop_pool()
         raise AssertionError("unreachable")
+
+    def _alive(self) -> bool:
+        transport = self.ssh_client.get_transport()
+        return transport is not None and bool(transport.is_active())
 
 
 def explain_ssh(endpoint: str, exc: BaseException) -> str:
