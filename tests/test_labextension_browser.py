@@ -62,13 +62,13 @@ def api(server: Server, method: str, path: str, body: Any = None) -> Any:
         return json.loads(reply.read() or b"null")
 
 
-def lab_get(server: Server, path: str) -> Any:
-    """A GET of the Jupyter server (JupyterLab's own API) as the lab's user."""
+def lab_request(server: Server, method: str, path: str) -> Any:
+    """A call of the Jupyter server (JupyterLab's own API) as the lab's user."""
     request = urllib.request.Request(
-        f"{server.url}{path}", headers={"Authorization": f"token {TOKEN}"}
+        f"{server.url}{path}", method=method, headers={"Authorization": f"token {TOKEN}"}
     )
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        return json.load(reply)
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read() or b"null")
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +132,16 @@ def page(lab: Server) -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def clean(lab: Server, page: Any) -> Iterator[None]:
-    """Each test starts with no live session and no dialog left open by the one before."""
+    """Each test starts with no live session, no Jupyter kernel and no dialog left open
+    by the one before. Kernels are shut down through Jupyter first: a kernel whose
+    session alone ended would be restarted by Jupyter on a new session."""
     end_all(lab)
     yield
     while page.locator(".jp-Dialog").count():
         page.keyboard.press("Escape")
         page.wait_for_timeout(100)
+    for kernel in lab_request(lab, "GET", "api/kernels"):
+        lab_request(lab, "DELETE", f"api/kernels/{kernel['id']}")
     end_all(lab)
 
 
@@ -443,6 +447,9 @@ def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> 
     blocker = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
     wait_status(page, "hog", "RUNNING")
     put_notebook(lab, "queued.ipynb", "", kernelspec="bai-q")
+    # As on a busy machine: JupyterLab sets its new session's path a while after the
+    # kernel started, so "RUNNING" shows before it holds the kernel (see close_notebook).
+    page.route("**/api/sessions/*", slow_patch)
     page.evaluate(OPEN_NOTEBOOK, "queued.ipynb")
     item = page.locator(".bai-StatusItem")
     item.filter(has_text="bai: queued #1 — needs cpu=2").wait_for(timeout=WAIT)
@@ -455,6 +462,14 @@ def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> 
     api(lab, "DELETE", f"sessions/{blocker['id']}")
     item.filter(has_text="bai: RUNNING").wait_for(timeout=WAIT)
     close_notebook(lab, page)
+    page.unroute("**/api/sessions/*", slow_patch)
+
+
+def slow_patch(route: Any) -> None:
+    """Hold JupyterLab's PATCH of a session for a second."""
+    if route.request.method == "PATCH":
+        time.sleep(1)
+    route.continue_()
 
 
 def test_a_cluster_notebook_is_interrupted_from_its_card_by_keyboard(
@@ -554,7 +569,7 @@ def test_the_ended_sessions_settings_take_effect_from_the_settings_editor(
         most.fill("1")
         expect(ended).to_have_count(1, timeout=30_000)
         assert card(page, "gone-2").count() == 1  # the most recent one stays
-        saved = lab_get(lab, "lab/api/settings/bai-jupyter:plugin")["settings"]
+        saved = lab_request(lab, "GET", "lab/api/settings/bai-jupyter:plugin")["settings"]
         assert saved.get("maxEnded") == 1, saved  # the registry saved it for the user
         show.uncheck()
         expect(ended).to_have_count(0, timeout=30_000)
@@ -570,12 +585,25 @@ def test_the_ended_sessions_settings_take_effect_from_the_settings_editor(
         page.evaluate("() => window.jupyterapp.commands.execute('application:close')")
 
 
+#: True once the current notebook's session context holds its kernel, connected.
+NOTEBOOK_HAS_KERNEL = """() => {
+    const kernel = window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
+    return kernel?.connectionStatus === 'connected';
+}"""
+
+
 def close_notebook(lab: Server, page: Any) -> None:
-    """Close the current notebook and shut its kernel down, as a user would."""
+    """Close the current notebook and shut its kernel down, as a user would.
+
+    Only once JupyterLab holds the notebook's kernel: the bai status item says RUNNING
+    as soon as the session runs, a moment before JupyterLab has set its new session's
+    path, and a notebook closed in that moment leaves its kernel behind (JupyterLab's
+    ``SessionContext`` drops a session it gets after it was disposed)."""
+    page.wait_for_function(NOTEBOOK_HAS_KERNEL, timeout=WAIT)
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:close-and-shutdown'); }")
     page.locator(".jp-Dialog button.jp-mod-accept").click()
     for _ in range(100):
-        if not lab_get(lab, "api/kernels"):
+        if not lab_request(lab, "GET", "api/kernels"):
             return
         page.wait_for_timeout(100)
     raise AssertionError("the notebook's kernel was not shut down")
