@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import getpass
 import os
 from contextvars import ContextVar
@@ -99,7 +100,14 @@ def local_owner() -> str:
     A single-user Jupyter server has one owner whoever holds its token, so the
     provisioner, the REST API and the magics all file sessions under this name.
     """
-    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+    return os.environ.get("JUPYTERHUB_USER") or _os_user()
+
+
+@functools.cache
+def _os_user() -> str:
+    """The OS user, read once: ``getpass`` reads the password database where no variable
+    names it (a container), and the proxy asks on every request."""
+    return getpass.getuser()
 
 
 def kernel_owner() -> str:

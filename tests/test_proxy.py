@@ -218,6 +218,11 @@ async def test_http_reaches_the_service_without_jupyters_credentials(
     # The token in the query authenticates too, and is not passed on either.
     by_query = await server.fetch("GET", f"{base}/echo?token={server.token}", token="")
     assert by_query.code == 200 and json.loads(by_query.body)["query"] == ""
+    # A browser that came with the token keeps Jupyter's login cookie for the service's
+    # next pages; a caller that sends its token in a header gets only the service's.
+    from_link = [c.split("=")[0] for c in by_query.headers.get_list("Set-Cookie")]
+    assert len(from_link) == 2 and "service" in from_link, from_link
+    assert reply.headers.get_list("Set-Cookie") == ["service=yes; Path=/"]
 
 
 async def test_requests_share_a_kept_connection_unless_the_method_or_the_service_says_no(

@@ -154,6 +154,14 @@ class SessionProxyHandler(JupyterHandler):
     def check_xsrf_cookie(self) -> None:
         """The service checks its own requests; Jupyter's XSRF token is not its business."""
 
+    def set_secure_cookie(self, name: str, value: str | bytes, *args: Any, **kwargs: Any) -> None:
+        """No login cookie for a caller that sent its token in a header: it sends the
+        header again with every request, and signing the cookie was a tenth of what a
+        proxied request costs here. A browser that came with ``?token=`` gets it."""
+        if name == self.cookie_name and "Authorization" in self.request.headers:
+            return
+        super().set_secure_cookie(name, value, *args, **kwargs)
+
     def _context(self) -> str:
         """Where the service is served from, with the server's base URL."""
         return url_path_join(self.base_url, self.proxy_base)
