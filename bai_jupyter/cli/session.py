@@ -149,8 +149,7 @@ class SessionSftpApp(SessionCommand):
     description = (
         "Write a running system session's SFTP key and host key to files (mode 600) in "
         "--dir, and print the sftp and rsync commands that use them. Only the owner gets "
-        "the key; "
-        "a session made with ssh_public_key has none to hand out (use your own key)."
+        "the key; a session made with ssh_public_key has none to hand out (use your own key)."
     )
     usage = "bai-jupyter session sftp SESSION [--dir DIR] [--url URL --token TOKEN]"
     arguments: ClassVar[tuple[str, ...]] = ("SESSION",)

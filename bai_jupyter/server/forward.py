@@ -12,7 +12,7 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from jupyter_server.utils import url_path_join
 from tornado import httputil
 
-__all__ = ["reply_headers", "service_headers", "service_target"]
+__all__ = ["jupyter_auth", "reply_headers", "service_headers", "service_target"]
 
 #: Query parameters that carry Jupyter's credentials.
 _JUPYTER_QUERY = {"token", "_xsrf"}
@@ -45,6 +45,11 @@ def service_target(path: str, query: str) -> str:
         if part and unquote_plus(part.split("=", 1)[0]) not in _JUPYTER_QUERY
     )
     return f"{target}?{kept}" if kept else target
+
+
+def jupyter_auth(headers: httputil.HTTPHeaders) -> bool:
+    """Whether the request carries Jupyter's token in its ``Authorization`` header."""
+    return any(_JUPYTER_AUTH.match(value) for value in headers.get_list("Authorization"))
 
 
 def service_headers(

@@ -34,7 +34,7 @@ from ..errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
 from ..registry import local_owner
 from .base import ADMIN, SESSIONS, error_body
 from .checks import require_running
-from .forward import reply_headers, service_headers, service_target
+from .forward import jupyter_auth, reply_headers, service_headers, service_target
 from .relay import pipe, relay_body, request_head
 from .upstream import IDEMPOTENT, KeepAliveClient, Unreachable
 
@@ -158,7 +158,7 @@ class SessionProxyHandler(JupyterHandler):
         """No login cookie for a caller that sent its token in a header: it sends the
         header again with every request, and signing the cookie was a tenth of what a
         proxied request costs here. A browser that came with ``?token=`` gets it."""
-        if name == self.cookie_name and "Authorization" in self.request.headers:
+        if name == self.cookie_name and jupyter_auth(self.request.headers):
             return
         super().set_secure_cookie(name, value, *args, **kwargs)
 
