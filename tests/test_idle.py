@@ -21,6 +21,7 @@ from traitlets.config import Config
 
 from bai_jupyter.idleness import idle_view
 from bai_jupyter.manager import BaiSessionManager
+from bai_jupyter.manager.core import ACTIVE
 from bai_jupyter.manager.utilization import CpuWindows
 from bai_jupyter.model import Session, SessionResult, Status
 
@@ -168,6 +169,45 @@ async def test_idle_rules_end_sessions_with_their_reason(manager: BaiSessionMana
             await manager.signal(spinning.id, signal.SIGINT)  # ends the loop: a quick teardown
         for client in clients:
             client.stop_channels()
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_check_that_read_the_list_before_a_session_ran_keeps_its_kernel_followed(
+    manager: BaiSessionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle check reads the running sessions, then looks at them. A session that turns
+    RUNNING in between has its kernel followed already; the check must not drop that, or
+    the cell its user runs at once goes unseen and the session ends as idle under it.
+
+    Here every check's read is made slow, and the first one read before the session ran
+    returns once it runs, so the two always cross (on a loaded host they cross by chance).
+    """
+    listed = manager.core.list_sessions
+    #: The session, until a check has read the list before it ran.
+    before: list[str] = []
+
+    async def late(owner: str | None = None, statuses: Any = None) -> list[Session]:
+        found = await listed(owner, statuses)
+        if statuses is ACTIVE and before and not found:
+            # Read before the session runs: it turns RUNNING before this check goes on.
+            await manager.wait_for(before.pop(), {Status.RUNNING}, timeout=90)
+        elif statuses is ACTIVE and found:
+            await asyncio.sleep(IDLE_TIMEOUT + 0.5)  # a slow check: the next after the timeout
+        return found
+
+    monkeypatch.setattr(manager.core, "list_sessions", late)
+    session = await manager.create({"resources": SMALL}, "bob")
+    before.append(session.id)
+    await _running(manager, session)
+    client = await _kernel(manager, session.id)
+    try:
+        cell = client.execute(f"import time; time.sleep({IDLE_TIMEOUT + 1.5})")
+        while (await client.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
+            pass  # replies to the readiness checks
+        ran = await manager.get(session.id)
+        assert ran.status is Status.RUNNING, (ran.status, ran.status_info)
+    finally:
+        client.stop_channels()
 
 
 def test_utilization_says_when_a_quiet_session_would_end() -> None:

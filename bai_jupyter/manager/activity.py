@@ -56,7 +56,8 @@ class Activity:
         self.core = core
         self._last: dict[str, tuple[float, str]] = {}
         self._busy: set[str] = set()
-        self._followers: dict[str, asyncio.Task[None]] = {}
+        #: Each followed session's follower, and when it started (epoch seconds).
+        self._followers: dict[str, tuple[asyncio.Task[None], float]] = {}
         self._context: zmq.asyncio.Context | None = None
 
     def touch(self, session_id: str, source: str, at: float | None = None) -> None:
@@ -85,7 +86,7 @@ class Activity:
                 joined.set()
             return
         task = self.core.spawn(self._follow(session.id, connection, joined), loop=True)
-        self._followers[session.id] = task
+        self._followers[session.id] = (task, time.time())
 
     async def follow_kernel_now(self, session: Session, timeout: float = 2.0) -> None:
         """Follow main1 and return once connected: whatever the kernel says after (a cell
@@ -133,14 +134,20 @@ class Activity:
         """The session ended: stop following it and drop what was known."""
         self._last.pop(session_id, None)
         self._busy.discard(session_id)
-        task = self._followers.pop(session_id, None)
-        if task is not None:
-            task.cancel()
+        follower = self._followers.pop(session_id, None)
+        if follower is not None:
+            follower[0].cancel()
 
-    def prune(self, keep: set[str]) -> None:
-        """Forget every session but ``keep`` (the running ones)."""
+    def prune(self, keep: set[str], listed_at: float) -> None:
+        """Forget every session but ``keep``, the running ones of a list read at
+        ``listed_at`` (epoch seconds). One followed or used since then stays: it may have
+        turned RUNNING after the list was read (its kernel is followed just before), and
+        a follower dropped then would miss the cell its user runs at once."""
         for session_id in (set(self._last) | set(self._followers)) - keep:
-            self.forget(session_id)
+            followed = self._followers.get(session_id)
+            used = self._last.get(session_id)
+            if max(followed[1] if followed else 0.0, used[0] if used else 0.0) < listed_at:
+                self.forget(session_id)
 
     def close(self) -> None:
         """Stop following kernels (the manager stops)."""

@@ -130,11 +130,12 @@ class IdleWatch:
         settings = self.rules()
         if not settings.configured:
             return
+        listed_at = time.time()
         sessions = await self.core.list_sessions(statuses=ACTIVE)
         owners = {s.owner for s in sessions}
         groups = await self.core.query(lambda tx: tx.owner_groups(owners)) if owners else {}
         live = {s.id for s in sessions}
-        self.activity.prune(live)
+        self.activity.prune(live, listed_at)
         self.cpu.prune(live)
         self._probed = {k: v for k, v in self._probed.items() if k in live}
         await asyncio.gather(
