@@ -7,15 +7,17 @@ directory created, and the containers' capabilities and security options.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from traitlets import TraitError
 from traitlets.config import Config
 
 from bai_jupyter.agents.docker import KEPT_CAPABILITIES
@@ -27,8 +29,10 @@ from bai_jupyter.mounts import (
     Mount,
     MountPolicy,
     MountRefused,
+    make_folder,
     owner_dir,
     parse_mount,
+    parse_prefixes,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -71,7 +75,7 @@ def test_host_internals_never_mountable_even_when_allowed(
 def test_server_paths_and_their_ancestors_refused(tmp_path: Path) -> None:
     store = tmp_path / "srv" / "store"
     store.mkdir(parents=True)
-    policy = _policy(tmp_path, [str(tmp_path)], [str(store)])
+    policy = _policy(tmp_path, [f"{tmp_path}:ro"], [str(store)])
     for path in (store, store / "x", tmp_path / "srv", tmp_path):
         with pytest.raises(MountRefused):
             _check(policy, str(path))
@@ -84,7 +88,7 @@ def test_symlinks_and_dotdot_are_resolved_first(tmp_path: Path) -> None:
     allowed.mkdir()
     (allowed / "to-proc").symlink_to("/proc")
     (allowed / "to-root").symlink_to("/")
-    policy = _policy(tmp_path, [str(allowed)])
+    policy = _policy(tmp_path, [f"{allowed}:ro"])
     with pytest.raises(MountRefused, match=r"resolves to /proc.*never mountable"):
         _check(policy, f"{allowed}/to-proc")
     with pytest.raises(MountRefused, match="resolves to /"):
@@ -98,8 +102,8 @@ def test_only_allowed_prefixes_and_ro_is_forced(tmp_path: Path) -> None:
     (tmp_path / "ro" / "b").mkdir(parents=True)
     (tmp_path / "rwx").mkdir()
     policy = _policy(tmp_path, [f"{tmp_path}/rw", f"{tmp_path}/ro:ro"])
-    assert not _check(policy, f"{tmp_path}/rw/a").read_only
-    assert _check(policy, f"{tmp_path}/rw/a:ro").read_only
+    assert not _check(policy, f"{tmp_path}/rw").read_only
+    assert _check(policy, f"{tmp_path}/rw:ro").read_only
     assert _check(policy, f"{tmp_path}/ro/b:/mnt/b:rw").read_only  # forced
     with pytest.raises(MountRefused, match="allowed_host_paths"):
         _check(policy, f"{tmp_path}/rwx")  # a prefix is a directory, not a string
@@ -110,7 +114,7 @@ def test_only_allowed_prefixes_and_ro_is_forced(tmp_path: Path) -> None:
 
 
 def test_data_folders_are_the_owners_own(tmp_path: Path) -> None:
-    policy = _policy(tmp_path, ["/"])
+    policy = _policy(tmp_path, ["/:ro"])
     folders = tmp_path / "folders"
     mine = _check(policy, "data")
     assert mine.folder and mine.source == f"{folders}/alice/data"
@@ -124,7 +128,6 @@ def test_data_folders_are_the_owners_own(tmp_path: Path) -> None:
     for path in (folders / "bob", folders / "bob" / "data", folders, tmp_path):
         with pytest.raises(MountRefused):
             _check(policy, f"{path}:/mnt/x")
-    assert _check(policy, f"{folders}/alice/data:/mnt/x").source == f"{folders}/alice/data"
 
 
 _SEGMENT = st.lists(st.text(alphabet="abc.-_", min_size=1, max_size=5), max_size=3).map(
@@ -145,6 +148,144 @@ def test_anything_resolving_into_or_above_a_forbidden_path_is_refused(
     for path in (inside, ancestor):
         with pytest.raises(MountRefused):
             policy.check(Mount(path, "/mnt/x"), "alice")
+
+
+def test_host_paths_in_the_data_folders_are_refused_name_the_folder(tmp_path: Path) -> None:
+    """The owner's own folders too, and for an admin: a kernel writes there (swappable)."""
+    folders = tmp_path / "folders"
+    (folders / "alice" / "d1" / "race").mkdir(parents=True)
+    policy = _policy(tmp_path, ["/:ro"])
+    for path, words in {
+        folders / "alice" / "d1" / "race": 'name the folder instead, "d1"',
+        folders / "alice" / "d1": 'name the folder instead, "d1"',
+        folders / "alice": "each by its name",
+        folders / "bob" / "d1": "another user's",
+        folders: "contains every user's data folders",
+    }.items():
+        for admin in (False, True):
+            with pytest.raises(MountRefused, match=words):
+                policy.check(Mount(str(path), "/mnt/x"), "alice", any_host_path=admin)
+    assert _check(policy, "d1").source == str(folders / "alice" / "d1")
+
+
+def test_a_named_folder_is_never_a_symlink_nor_made_through_one(tmp_path: Path) -> None:
+    folders = tmp_path / "folders"
+    (folders / "alice").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (folders / "alice" / "d1").symlink_to("/")
+    (folders / "alice" / "d2").symlink_to(folders / "alice" / "d3")
+    (folders / "bob").symlink_to(tmp_path / "elsewhere")  # the owner's dir itself
+    policy = _policy(tmp_path, [])
+    for owner, name in (("alice", "d1"), ("alice", "d2"), ("bob", "d1")):
+        with pytest.raises(MountRefused, match="not a symlink"):
+            _check(policy, name, owner)
+        with pytest.raises(MountRefused, match="not a directory of its own"):
+            make_folder(folders, owner, name)
+    assert not (folders / "alice" / "d3").exists() and not list((tmp_path / "elsewhere").iterdir())
+    make_folder(folders, "carol", "d1")
+    make_folder(folders, "carol", "d1")  # made once, found again
+    assert _check(policy, "d1", "carol").source == str(folders / "carol" / "d1")
+
+
+def test_below_a_read_write_prefix_only_the_prefix_itself_below_a_read_only_one_any(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "rw" / "sub").mkdir(parents=True)
+    (tmp_path / "ro" / "sub").mkdir(parents=True)
+    (tmp_path / "ro" / "into-rw").symlink_to(tmp_path / "rw" / "sub")
+    policy = _policy(tmp_path, [f"{tmp_path}/rw", f"{tmp_path}/ro:ro"])
+    assert _check(policy, f"{tmp_path}/rw").source == f"{tmp_path}/rw"
+    for admin in (False, True):  # an admin's request too: another user's kernel writes there
+        for path in (f"{tmp_path}/rw/sub", f"{tmp_path}/ro/into-rw", f"{tmp_path}/rw/sub/../sub"):
+            with pytest.raises(MountRefused, match=rf"inside {tmp_path}/rw, which kernels may"):
+                policy.check(Mount(path, "/mnt/x"), "alice", any_host_path=admin)
+        below_ro = policy.check(Mount(f"{tmp_path}/ro/sub", "/mnt/x"), "alice", admin)
+        assert below_ro.read_only  # forced: no kernel ever writes below a read-only prefix
+    # A read-write mount never holds a directory that sessions mount (an admin's wider one).
+    (tmp_path / "srv" / "data").mkdir(parents=True)
+    wide = _policy(tmp_path, [f"{tmp_path}/srv/data"])
+    with pytest.raises(MountRefused, match=r"contains .*/srv/data, which sessions mount"):
+        wide.check(Mount(f"{tmp_path}/srv", "/mnt/x"), "alice", any_host_path=True)
+    assert wide.check(Mount(f"{tmp_path}/srv", "/mnt/x", read_only=True), "alice", True)
+
+
+def test_a_prefix_inside_a_read_write_prefix_is_a_configuration_error() -> None:
+    for entries in (["/srv", "/srv/x:ro"], ["/srv/x", "/srv"], ["/srv:rw", "/srv/a/b"]):
+        with pytest.raises(ValueError, match="inside the read-write prefix /srv"):
+            parse_prefixes(entries)
+        with pytest.raises(TraitError, match="inside the read-write prefix /srv"):
+            BaiSessionManager(allowed_host_paths=entries)
+    assert parse_prefixes(["/srv:ro", "/srv/x", "/srv/y:ro", "/srvx"]) == [
+        ("/srv", True),
+        ("/srv/x", False),
+        ("/srv/y", True),
+        ("/srvx", False),
+    ]
+
+
+def test_nothing_inside_the_mounted_notebook_root(tmp_path: Path) -> None:
+    """Every notebook kernel writes in the notebook root: only the root itself is mounted."""
+    (tmp_path / "nb" / "sub").mkdir(parents=True)
+    policy = MountPolicy.build(
+        [f"{tmp_path}/nb:ro"], [], tmp_path / "folders", writable=[str(tmp_path / "nb")]
+    )
+    root = policy.check(Mount(str(tmp_path / "nb"), "/home/work/notebooks"), "alice", True)
+    assert not root.read_only
+    with pytest.raises(MountRefused, match="which kernels may write"):
+        _check(policy, f"{tmp_path}/nb/sub:/mnt/x:ro")
+
+
+_PART = st.sampled_from(["a", "b", "f", "alice", "bob"])
+_PATH = st.lists(_PART, min_size=0, max_size=4).map(lambda p: "/".join(["/nonexistent-bai", *p]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefixes=st.lists(st.tuples(_PATH, st.booleans()), max_size=3),
+    notebooks=st.none() | _PATH,
+    asked=st.lists(st.tuples(_PATH | st.sampled_from(["d1", "d2"]), st.booleans()), max_size=4),
+    admin=st.booleans(),
+)
+def test_no_accepted_path_lies_where_a_kernel_could_swap_it(
+    prefixes: list[tuple[str, bool]],
+    notebooks: str | None,
+    asked: list[tuple[str, bool]],
+    admin: bool,
+) -> None:
+    """Whatever the configuration and the request, an accepted source is never strictly
+    inside a directory kernels write (a read-write prefix, the notebook root) nor inside the
+    data folders unless it is exactly a named folder ``<root>/<owner>/<name>``; and a
+    read-write mount never holds a directory that sessions mount."""
+    allowed = [f"{path}:ro" if ro else path for path, ro in prefixes]
+    try:
+        parse_prefixes(allowed)
+    except ValueError:
+        assume(False)
+    root = "/nonexistent-bai/f"
+    policy = MountPolicy.build(allowed, [], root, [notebooks] if notebooks else [])
+    writable = [p for p, ro in prefixes if not ro] + ([notebooks] if notebooks else [])
+    # What a kernel can write: a top that is itself mountable (never one holding, or inside,
+    # the data folders).
+    live = [t for t in writable if not _inside(t, root) and not _inside(root, t)]
+    for entry, read_only in asked:
+        spec = f"{entry}:ro" if read_only else entry
+        try:
+            mount = policy.check(parse_mount(spec, "alice", Path(root)), "alice", admin)
+        except MountRefused:
+            continue
+        assert not any(mount.source.startswith(top + "/") for top in live), mount
+        if _inside(mount.source, root):
+            assert mount.folder and Path(mount.source).parent == Path(root, "alice"), mount
+        if not mount.read_only:
+            held = [p for p, _ in prefixes] + writable
+            mountable = [p for p in held if not any(p.startswith(w + "/") for w in writable)]
+            assert not any(p.startswith(mount.source + "/") for p in mountable), mount
+        if not admin and not mount.folder:
+            assert any(_inside(mount.source, p) for p, _ in prefixes), mount
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + "/")
 
 
 # --- the manager and the engine ---------------------------------------------------------------
@@ -175,7 +316,7 @@ async def mgr(tmp_path: Path, kernel_image: str) -> AsyncIterator[BaiSessionMana
 
 @pytest.mark.docker
 async def test_create_refuses_and_creates_nothing(mgr: BaiSessionManager, tmp_path: Path) -> None:
-    missing = tmp_path / "allowed" / "rw" / "not-there"
+    missing = tmp_path / "allowed" / "ro" / "not-there"
     foreign = tmp_path / "elsewhere" / "new"
     (tmp_path / "allowed" / "rw" / "link").symlink_to(tmp_path / "store")
     refused = {
@@ -266,3 +407,169 @@ async def test_local_backend_applies_the_same_policy(tmp_path: Path) -> None:
         assert [p.name for p in (tmp_path / "folders").iterdir()] == [owner_dir("..")]
     finally:
         await manager.stop()
+
+
+# --- a path swapped for a symlink to / while the session is held in CREATING ---------------
+
+
+async def _swap_while_creating(
+    mgr: BaiSessionManager,
+    monkeypatch: pytest.MonkeyPatch,
+    request: dict[str, Any],
+    swap: Callable[[], Awaitable[object]],
+) -> str:
+    """Create ``request`` as alice, hold it in CREATING (the agent's start waits), run
+    ``swap`` then and let it start: the batch's output, or ``refused: <why>``."""
+    agent = next(iter(mgr.core.agents.values()))
+    creating, release = asyncio.Event(), asyncio.Event()
+    start = agent.start_kernels
+
+    async def held(session_id: str, plans: list[Any]) -> Any:
+        creating.set()
+        await release.wait()
+        return await start(session_id, plans)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(agent, "start_kernels", held)
+        try:
+            made = await mgr.create({"type": "batch", **SMALL, **request}, "alice")
+        except InvalidRequest as exc:
+            return f"refused: {exc}"
+        await asyncio.wait_for(creating.wait(), 60)
+        assert (await mgr.get(made.id)).status is Status.CREATING
+        await swap()
+        release.set()
+        done = await mgr.wait_for(made.id, set(), timeout=120)
+    assert done.status is Status.TERMINATED, (done.status_info, done.status_data)
+    return await mgr.logs(made.id)
+
+
+SMALL = {"resources": {"cpu": "0.5", "mem": "256m"}}
+
+
+def _looks_for_the_host(marker: Path, at: str) -> str:
+    """A startup command: says whether the host's ``/`` (a marker file placed outside every
+    folder, or the engine's socket) is visible under ``at``."""
+    return (
+        f"if [ -e {at}{marker} ] || [ -S {at}/run/docker.sock ]; "
+        f"then echo HOST-ROOT-SEEN; else echo host-root-unseen; fi; ls {at}"
+    )
+
+
+def _race_pair(where: Path) -> None:
+    """``race`` a directory, ``race_l`` a symlink to ``/`` beside it (the swap to come)."""
+    (where / "race").mkdir(parents=True)
+    (where / "race_l").symlink_to("/")
+
+
+def _swap(where: Path) -> None:
+    """``race_l`` put in ``race``'s place (rename cannot put a link over a directory)."""
+    (where / "race").rename(where / "race_was")
+    (where / "race_l").rename(where / "race")
+
+
+@pytest.fixture
+def marker(tmp_path: Path) -> Path:
+    path = tmp_path.resolve() / "outside-every-folder"
+    path.write_text("the host's file system\n")
+    return path
+
+
+@pytest.mark.docker
+async def test_a_host_path_in_the_owners_folder_is_refused_so_a_swap_cannot_reach_the_host(
+    mgr: BaiSessionManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: Path
+) -> None:
+    d1 = tmp_path / "folders" / "alice" / "d1"
+    _race_pair(d1)
+    seen = await _swap_while_creating(
+        mgr,
+        monkeypatch,
+        {
+            "mounts": [f"{d1}/race:/home/work/x:ro"],
+            "startup_command": _looks_for_the_host(marker, "/home/work/x"),
+        },
+        lambda: asyncio.to_thread(_swap, d1),
+    )
+    assert "HOST-ROOT-SEEN" not in seen, seen
+    assert seen.startswith("refused: mounts: ") and 'name the folder instead, "d1"' in seen, seen
+
+
+@pytest.mark.docker
+async def test_a_named_folder_is_mounted_at_its_root_so_no_swap_reaches_the_host(
+    mgr: BaiSessionManager,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    marker: Path,
+    docker_engine: Any,
+) -> None:
+    """A swap inside the folder stays inside it; the folder itself is the manager's: a kernel
+    cannot rename it, nor reach the owner's directory to swap it (refused as a host path)."""
+    folders = tmp_path / "folders"
+    d1 = folders / "alice" / "d1"
+    _race_pair(d1)
+    # A kernel that would hold the owner's directory, to swap the folder itself: none.
+    mine = await _swap_while_creating(
+        mgr,
+        monkeypatch,
+        {
+            "mounts": [f"{folders}/alice:/mnt/mine"],
+            "startup_command": "cd /mnt/mine && mv d1 d1_was && ln -s / d1",
+        },
+        lambda: asyncio.sleep(0),
+    )
+    assert mine.startswith("refused: mounts: ") and "each by its name" in mine, mine
+    holder = await mgr.create({**SMALL, "mounts": ["d1"]}, "alice")
+    assert (await mgr.wait_for(holder.id, {Status.RUNNING}, timeout=120)).status is Status.RUNNING
+    moved = await mgr.exec(holder.id, ["mv", "/home/work/d1", "/home/work/moved"])
+    assert moved.exit_code != 0 and "busy" in moved.output, moved.output
+
+    async def swap() -> None:  # what a kernel holding d1 can do: inside it, and no more
+        swapped = await mgr.exec(
+            holder.id, ["sh", "-c", "cd /home/work/d1 && mv race race_was && mv race_l race"]
+        )
+        assert swapped.exit_code == 0, swapped.output
+
+    seen = await _swap_while_creating(
+        mgr,
+        monkeypatch,
+        {"mounts": ["d1:ro"], "startup_command": _looks_for_the_host(marker, "/home/work/d1/race")},
+        swap,
+    )
+    assert "host-root-unseen" in seen and "HOST-ROOT-SEEN" not in seen, seen
+    assert (d1 / "race").is_symlink() and (folders / "alice" / "d1").is_dir()
+    for kernel in (await mgr.get(holder.id)).kernels:
+        mounts = docker_engine.containers.get(kernel.container_id).attrs["Mounts"]
+        assert [m["Source"] for m in mounts if m["Destination"] == "/home/work/d1"] == [str(d1)]
+
+
+@pytest.mark.docker
+async def test_below_a_read_write_prefix_refused_below_a_read_only_one_read_only(
+    mgr: BaiSessionManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: Path
+) -> None:
+    rw, ro = tmp_path / "allowed" / "rw", tmp_path / "allowed" / "ro"
+    _race_pair(rw)
+    seen = await _swap_while_creating(
+        mgr,
+        monkeypatch,
+        {
+            "mounts": [f"{rw}/race:/home/work/x:ro"],
+            "startup_command": _looks_for_the_host(marker, "/home/work/x"),
+        },
+        lambda: asyncio.to_thread(_swap, rw),
+    )
+    assert "HOST-ROOT-SEEN" not in seen, seen
+    assert seen.startswith("refused: mounts: ") and f"only {rw} itself" in seen, seen
+    # Below a read-only prefix any directory, read-only whatever was asked: no kernel makes
+    # the symlink there, nor renames anything.
+    (ro / "race").mkdir()
+    seen = await _swap_while_creating(
+        mgr,
+        monkeypatch,
+        {
+            "mounts": [f"{ro}/race:/home/work/x:rw", f"{ro}:/home/work/ro"],
+            "startup_command": "cd /home/work/ro; ln -s / race_l; mv race r2; touch ../x/f",
+        },
+        lambda: asyncio.sleep(0),
+    )
+    assert seen.count("Read-only file system") == 3, seen
+    assert sorted(p.name for p in ro.iterdir()) == ["race"]

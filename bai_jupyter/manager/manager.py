@@ -231,9 +231,9 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
             except AgentError as exc:
                 self.log.warning("bai-jupyter: agent %s: host firewall: %s", agent.id, exc)
 
-    def mount_policy(self, trusted: Iterable[str] = ()) -> MountPolicy:
-        """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
-        return self.mounts.policy(trusted)
+    def mount_policy(self) -> MountPolicy:
+        """The allow-list, what is never mountable, and what kernels write in (blocking)."""
+        return self.mounts.policy()
 
     # --- sessions -----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from jupyter_core.paths import (
 
 from ..agents.base import RUNTIME_DIR, AgentBackend, kernel_packages
 from ..model import Session
-from ..mounts import Mount, MountPolicy, MountRefused, parse_mount
+from ..mounts import Mount, MountPolicy, MountRefused, make_folder, parse_mount
 from ..runtime.protocol import NOTEBOOK_DIR, WORK_DIR
 from .core import Core
 
@@ -59,8 +59,11 @@ class MountCheck:
             return Path(self.settings.data_folders_root)
         return Path(jupyter_data_dir()) / "bai_jupyter" / "folders"
 
-    def policy(self, trusted: Iterable[str] = ()) -> MountPolicy:
-        """The allow-list (plus ``trusted`` prefixes) and what is never mountable."""
+    def policy(self) -> MountPolicy:
+        """The allow-list, what is never mountable, and what kernels write in.
+
+        The notebook root counts as written by kernels when it is itself mountable (every
+        kernel of a notebook gets it read-write): nothing strictly inside it is mounted."""
         # Whatever the server runs or reads as code or config (its Python environment,
         # Jupyter's config and data paths, what kernels get of ours): a kernel writing
         # there runs code on the host.
@@ -79,27 +82,34 @@ class MountCheck:
             forbidden.append(Path(database).resolve().parent)
         for agent in self.core.agents.values():
             forbidden.extend(agent.private_paths())
-        allowed = [*trusted, *self.settings.allowed_host_paths]
-        return MountPolicy.build(allowed, forbidden, self.folders_root())
+        allowed, root = self.settings.allowed_host_paths, self.settings.notebook_root
+        policy = MountPolicy.build(allowed, forbidden, self.folders_root(), [root] if root else [])
+        if root:
+            try:
+                policy.check(Mount(root, NOTEBOOK_DIR), "", any_host_path=True)
+            except MountRefused:  # never mounted, so no kernel writes there
+                policy = MountPolicy.build(allowed, forbidden, self.folders_root())
+        return policy
 
     def resolve(
         self, entries: Iterable[str], owner: str, create: bool, any_host_path: bool = False
     ) -> list[Mount]:
         """Parse and check ``mounts``; with ``create``, make the owner's named folders.
 
-        Only a named folder of the owner's is ever created; a host path must exist.
-        ``any_host_path``: any host path passes the allow-list (an admin's request);
-        what is never mountable stays so."""
+        Only a named folder of the owner's is ever created, never through a symlink; a
+        host path must exist. ``any_host_path``: any host path passes the allow-list (an
+        admin's request); every other rule holds."""
         entries = list(entries)
         if not entries:
             return []
-        policy = self.policy(trusted=["/"] if any_host_path else ())
+        policy = self.policy()
         checked = []
         for entry in entries:
-            mount = policy.check(parse_mount(entry, owner, self.folders_root()), owner)
+            mount = parse_mount(entry, owner, self.folders_root())
+            mount = policy.check(mount, owner, any_host_path)
             if mount.folder:
                 if create:
-                    Path(mount.source).mkdir(parents=True, exist_ok=True)
+                    make_folder(self.folders_root(), owner, PurePosixPath(mount.source).name)
                     # Created now: check again what it resolves to (nothing swapped in).
                     mount = policy.check(mount, owner)
             elif not Path(mount.source).exists():
@@ -134,7 +144,7 @@ class MountCheck:
         try:
             if not Path(root).is_dir():
                 raise MountRefused(f"{root}: not a directory")
-            mount = self.policy(trusted=[root]).check(Mount(root, NOTEBOOK_DIR), session.owner)
+            mount = self.policy().check(Mount(root, NOTEBOOK_DIR), session.owner, True)
         except (ValueError, OSError) as exc:
             log.warning(skip, session.id, root, WORK_DIR, exc)
             return None, None

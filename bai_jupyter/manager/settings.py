@@ -7,8 +7,11 @@ its own: the manager's config section stays ``BaiSessionManager`` alone.
 
 from __future__ import annotations
 
-from traitlets import Bool, Dict, Float, HasTraits, Int, List, Unicode
+from typing import Any
 
+from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, validate
+
+from ..mounts import parse_prefixes
 from ..runtime.protocol import DEFAULT_IMAGE
 
 __all__ = ["ManagerSettings"]
@@ -60,12 +63,15 @@ class ManagerSettings(HasTraits):
     allowed_host_paths = List(
         Unicode(),
         config=True,
-        help="Host path prefixes sessions may mount, each '/prefix' or '/prefix:ro' "
-        "(read-only for everything under it). Default: none (only the owner's data "
-        "folders). Never mountable, even here: /proc, /sys, /dev, /run, the container "
+        help="Host directories sessions may mount, each '/prefix' or '/prefix:ro'. "
+        "Under '/prefix:ro' any directory is mountable, always read-only; of a read-write "
+        "'/prefix' only the prefix itself (kernels write in it, so a path below it could be "
+        "swapped for a symlink before a session starts): list each such directory, and no "
+        "prefix inside a read-write one. Default: none (only the owner's data folders, by "
+        "name). Never mountable, even here: /proc, /sys, /dev, /run, the container "
         "engines' sockets and state, the store's directory, the Jupyter runtime and data "
-        "dirs, this package and its runtime, and other users' data folders. "
-        "See docs/security-mounts in the README.",
+        "dirs, this package and its runtime, and the data folders' root and anything in "
+        "it. See 'Mounts' in the README.",
     )
     policies = Dict(
         {},
@@ -140,3 +146,12 @@ class ManagerSettings(HasTraits):
     warm_pool_interval = Float(
         2.0, config=True, help="Seconds between the warm pools' refills and clean-ups."
     )
+
+    @validate("allowed_host_paths")
+    def _valid_host_paths(self, proposal: Any) -> list[str]:
+        """A bad entry or a prefix inside a read-write one stops the server at start."""
+        try:
+            parse_prefixes(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(str(exc)) from exc
+        return list(proposal["value"])
