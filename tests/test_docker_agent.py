@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from traitlets import TraitError
 
 from bai_jupyter import kernel_plan, model
 from bai_jupyter.agents.base import AgentError, KernelEvent, KernelEventKind, KernelStarted
@@ -386,6 +387,19 @@ def test_logs_and_exec(h: Harness, trio: tuple[model.Session, list[KernelStarted
     assert slow.exit_code == 124 and time.monotonic() - began < 5
     with pytest.raises(AgentError, match="no kernel"):
         h.run(h.agent.logs("no-such-kernel"))
+
+
+def test_kernel_containers_keep_a_rotated_bounded_log(
+    h: Harness, trio: tuple[model.Session, list[KernelStarted]]
+) -> None:
+    session, _ = trio
+    for kernel in session.kernels:
+        log_config = h.container(session.id, kernel.hostname).attrs["HostConfig"]["LogConfig"]
+        assert log_config == {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}}
+    local = DockerAgent("other", log_driver="local", log_max_size="512K", log_max_files=2)
+    assert local.log_config == {"type": "local", "config": {"max-size": "512k", "max-file": "2"}}
+    with pytest.raises(TraitError, match="log_max_size"):
+        DockerAgent("bad", log_max_size="ten megs")
 
 
 def test_oom_event(h: Harness, trio: tuple[model.Session, list[KernelStarted]]) -> None:
