@@ -63,14 +63,16 @@ class SessionsAPI(Protocol):
         """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise."""
         ...
 
-    async def logs(self, key: str, kernel: str = "main1") -> str:
-        """A kernel's output: live while it runs, kept after it ends."""
+    async def logs(self, key: str, kernel: str = "main1", tail: int | None = None) -> str:
+        """A kernel's last ``tail`` lines (default: the manager's ``log_tail``) within its
+        ``log_limit`` bytes: live while it runs, kept after it ends."""
         ...
 
     async def exec(
         self, key: str, command: list[str], kernel: str = "main1", timeout: float = 60
     ) -> ExecResult:
-        """Run a command (argv) in one kernel of a running session."""
+        """Run a command (argv) in one kernel of a running session; the output's last
+        ``exec_output_limit`` bytes (``ExecResult.dropped``: how many came before)."""
         ...
 
     async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:

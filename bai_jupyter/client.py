@@ -178,7 +178,8 @@ class RemoteManager:
         """Run a command (argv) in one kernel of a running session."""
         body = {"command": list(command), "kernel": kernel, "timeout": timeout}
         reply = await self._call("POST", _path("sessions", key, "exec"), body)
-        return ExecResult(int(reply["exit_code"]), str(reply["output"]))
+        dropped = int(reply.get("dropped_bytes") or 0)  # a server before output caps: none
+        return ExecResult(int(reply["exit_code"]), str(reply["output"]), dropped)
 
     async def touch(self, key: str, source: str = "api") -> None:
         """Note that the session is in use now (resets its idle_timeout)."""
@@ -225,9 +226,11 @@ class RemoteManager:
         finally:
             await stream.close()
 
-    async def logs(self, key: str, kernel: str = "main1") -> str:
-        """A kernel's output (kept after the session ends)."""
-        reply = await self._call("GET", _path("sessions", key, "logs"), query={"kernel": kernel})
+    async def logs(self, key: str, kernel: str = "main1", tail: int | None = None) -> str:
+        """A kernel's last ``tail`` lines (default: the server's), kept after the session
+        ends."""
+        query = {"kernel": kernel, **({} if tail is None else {"tail": str(tail)})}
+        reply = await self._call("GET", _path("sessions", key, "logs"), query=query)
         return str(reply["logs"])
 
     async def signal(self, key: str, signum: int, kernel: str = "main1") -> None:

@@ -57,10 +57,12 @@ class MachineOf(AgentBackend):
     async def destroy_session(self, session_id: str) -> None:
         raise NotImplementedError
 
-    async def logs(self, kernel_id: str) -> str:
+    async def logs(self, kernel_id: str, tail: int | None = None, limit: int = 1 << 20) -> str:
         raise NotImplementedError
 
-    async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
+    async def exec(
+        self, kernel_id: str, command: list[str], timeout: float = 60, limit: int = 1 << 20
+    ) -> ExecResult:
         raise NotImplementedError
 
     async def signal(self, kernel_id: str, signum: int) -> None:

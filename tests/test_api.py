@@ -565,6 +565,36 @@ async def test_logs_of_a_running_session(server: Server, running: str) -> None:
     assert reply.code == 404 and "sub9" in body(reply)["message"]
 
 
+async def test_logs_tail_gives_the_last_lines_and_is_checked(server: Server, running: str) -> None:
+    client = server.client("alice-token")
+    whole, last = await client.logs(running), await client.logs(running, tail=1)
+    assert whole.count("\n") > 1 and last == whole.splitlines(keepends=True)[-1]
+    path = f"bai/api/v1/sessions/{running}/logs"
+    for bad in ("0", "-1", "abc", "1e3", "%C2%B2", str(10**7)):
+        reply = await server.fetch("GET", f"{path}?tail={bad}", token="alice-token")
+        assert reply.code == 400, bad
+        assert body(reply)["error"] == "invalid-request" and "tail" in body(reply)["message"]
+
+
+async def test_exec_output_past_the_limit_keeps_its_end_and_says_how_much_was_cut(
+    server: Server, running: str
+) -> None:
+    script = "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo the-end"
+    reply = await server.fetch(
+        "POST",
+        f"bai/api/v1/sessions/{running}/exec",
+        {"command": ["sh", "-c", script]},
+        token="alice-token",
+    )
+    got = body(reply)
+    limit = 1 << 20  # the manager's default exec_output_limit
+    assert (got["exit_code"], got["truncated"]) == (0, True)
+    assert got["dropped_bytes"] == 3_000_000 + len("\nthe-end\n") - limit
+    assert len(got["output"]) == limit and got["output"].endswith("xxx\nthe-end\n")
+    small = await server.client("alice-token").exec(running, ["echo", "hi"])
+    assert (small.output, small.truncated, small.dropped) == ("hi\n", False, 0)
+
+
 async def test_execute_is_503_before_running_and_409_after_the_end(server: Server) -> None:
     client = server.client("alice-token")
     session = await client.create({"starts_at": FUTURE})

@@ -12,17 +12,19 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_server_harness import MULTI_USER, Server, start_server
 from traitlets.config import Config
 
+from bai_jupyter.agents.capped import DROPPED_MARK
 from bai_jupyter.agents.docker.containers import kernel_limits
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import KernelPlan
@@ -350,3 +352,81 @@ async def test_a_request_without_resources_books_the_defaults(server: Server) ->
         assert Decimal(session["spec"]["resources"]["cpu"]) == Decimal("0.5")
     finally:
         await server.fetch("DELETE", f"bai/api/v1/sessions/{session['id']}", token="alice-token")
+
+
+# --- a kernel's output: the server's memory stays bounded --------------------------------------
+
+#: 60 MB of output in 60,000 lines of 1,000 bytes, then a last line.
+SIXTY_MB = "head -c 59940000 /dev/zero | tr '\\0' x | fold -w 999; echo; echo the-end"
+#: What the server may grow by while 60 MB pass (the caps are 1 MiB; generous, not timed).
+GROWTH_BOUND = 40 << 20
+
+
+@pytest.fixture(scope="module")
+def docker_server(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator[Server]:
+    srv = start_server(
+        tmp_path_factory.mktemp("bounds-docker"),
+        MULTI_USER + 'c.BaiSessionManager.backend = "docker"\n',
+    )
+    yield srv
+    srv.stop()
+
+
+def _memory(pid: int) -> dict[str, int]:
+    """The process's resident and peak resident memory (bytes), from /proc."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0]) * 1024
+    return fields
+
+
+@contextmanager
+def _peak_growth(pid: int, what: str) -> Iterator[None]:
+    """Fail unless the process's peak resident memory grew by under ``GROWTH_BOUND``
+    (the peak is reset first: ``clear_refs`` 5, Linux's way to restart VmHWM)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    before = _memory(pid)["VmRSS"]
+    yield
+    grew = _memory(pid)["VmHWM"] - before
+    assert grew < GROWTH_BOUND, f"{what}: the server grew by {grew / 2**20:.0f} MiB"
+
+
+async def test_sixty_mb_of_kernel_output_leave_the_servers_memory_bounded(
+    docker_server: Server,
+) -> None:
+    """Through exec, the logs API and the log kept at teardown: each answer says it was cut."""
+    client = docker_server.client("alice-token")
+    session = await client.create({"resources": {"cpu": "1", "mem": "256m"}})
+    pid = docker_server.proc.pid
+    try:
+        running = await client.wait_for(session.id, {Status.RUNNING}, timeout=120)
+        assert running.status is Status.RUNNING, running.status_data
+        with _peak_growth(pid, "exec"):
+            result = await client.exec(session.id, ["sh", "-c", SIXTY_MB], timeout=300)
+        assert (result.exit_code, len(result.output)) == (0, 1 << 20), result.output[-200:]
+        assert result.truncated and result.dropped > 58_000_000
+        assert result.output.endswith("x\nthe-end\n")
+
+        # The same into main1's log (its init's stdout): rotated on the engine's disk.
+        to_log = ["sh", "-c", f"({SIXTY_MB}) > /proc/1/fd/1"]
+        assert (await client.exec(session.id, to_log, timeout=300)).exit_code == 0
+
+        async def logged() -> bool:
+            return await client.logs(session.id, tail=1) == "the-end\n"
+
+        await until("the log's last line", logged, 60)
+        with _peak_growth(pid, "logs"):
+            logs = await client.logs(session.id)
+        assert logs.startswith(DROPPED_MARK) and logs.endswith("x\nthe-end\n")
+        assert len(logs) <= len(DROPPED_MARK) + (1 << 20)
+
+        with _peak_growth(pid, "the log kept at teardown"):
+            await client.destroy(session.id)
+            ended = await client.wait_for(session.id, {Status.TERMINATED}, timeout=120)
+        assert ended.status is Status.TERMINATED
+        kept = await client.logs(session.id)
+        assert kept.startswith(DROPPED_MARK) and kept.endswith("x\nthe-end\n")
+    finally:
+        await client.destroy(session.id)

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from traitlets import TraitError
 
 from bai_jupyter import kernel_plan, model
 from bai_jupyter.agents.base import AgentError, KernelEvent, KernelEventKind, KernelStarted
+from bai_jupyter.agents.capped import DROPPED_MARK
 from bai_jupyter.agents.docker import (
     EGRESS_NETWORK,
     DockerAgent,
@@ -386,6 +388,49 @@ def test_logs_and_exec(h: Harness, trio: tuple[model.Session, list[KernelStarted
     assert slow.exit_code == 124 and time.monotonic() - began < 5
     with pytest.raises(AgentError, match="no kernel"):
         h.run(h.agent.logs("no-such-kernel"))
+
+
+#: 20,000 numbered lines on stdout (220,000 bytes), then a last line on stderr.
+LONG_OUTPUT = "seq -w 1 20000 | sed 's/^/line /'; echo the-end >&2"
+LONG_OUTPUT_BYTES = 20_000 * len("line 00001\n") + len("the-end\n")
+
+
+def test_exec_keeps_the_end_of_a_long_output_and_counts_what_came_before(
+    h: Harness, trio: tuple[model.Session, list[KernelStarted]]
+) -> None:
+    sub1 = trio[0].kernels[1].id
+    result = h.run(h.agent.exec(sub1, ["sh", "-c", LONG_OUTPUT], limit=1000))
+    assert result.exit_code == 0
+    assert len(result.output) == 1000 and result.output.endswith("line 20000\nthe-end\n")
+    assert result.truncated and result.dropped == LONG_OUTPUT_BYTES - 1000
+    whole = h.run(h.agent.exec(sub1, ["sh", "-c", LONG_OUTPUT]))  # within the 1 MiB default
+    assert len(whole.output) == LONG_OUTPUT_BYTES and not whole.truncated
+
+
+def test_logs_give_the_last_lines_asked_within_the_byte_limit(
+    h: Harness, trio: tuple[model.Session, list[KernelStarted]]
+) -> None:
+    sub1 = trio[0].kernels[1].id
+    # Written to the kernel's own stdout (its init's), i.e. into the container's log.
+    _exec_ok(h, sub1, "sh", "-c", "seq -f 'mark-%g' 1 3000 > /proc/1/fd/1")
+    _logs_with(h, h.agent, sub1, "mark-3000")
+    assert h.run(h.agent.logs(sub1, tail=2)) == "mark-2999\nmark-3000\n"
+    cut = h.run(h.agent.logs(sub1, limit=100))
+    assert cut.startswith(DROPPED_MARK) and cut.endswith("mark-3000\n")
+    assert len(cut) - len(DROPPED_MARK) == 100
+
+
+def test_kernel_containers_keep_a_rotated_bounded_log(
+    h: Harness, trio: tuple[model.Session, list[KernelStarted]]
+) -> None:
+    session, _ = trio
+    for kernel in session.kernels:
+        log_config = h.container(session.id, kernel.hostname).attrs["HostConfig"]["LogConfig"]
+        assert log_config == {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "3"}}
+    local = DockerAgent("other", log_driver="local", log_max_size="512K", log_max_files=2)
+    assert local.log_config == {"type": "local", "config": {"max-size": "512k", "max-file": "2"}}
+    with pytest.raises(TraitError, match="log_max_size"):
+        DockerAgent("bad", log_max_size="ten megs")
 
 
 def test_oom_event(h: Harness, trio: tuple[model.Session, list[KernelStarted]]) -> None:

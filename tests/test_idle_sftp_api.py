@@ -432,6 +432,8 @@ async def test_the_command_line_makes_sessions_of_each_kind_and_an_sftp_login(
     job_id = out.split()[1]
     code, out = await _cli(server, "alice-token", "logs", job_id)
     assert code == 0 and "cli-ran\n" in out, out
+    code, last = await _cli(server, "alice-token", "logs", job_id, "--tail", "1")
+    assert code == 0 and last == out.splitlines(keepends=True)[-1], last
 
     files = tmp_path / "files.json"
     files.write_text(

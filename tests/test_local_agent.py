@@ -17,6 +17,7 @@ import pytest
 from conftest import until
 
 from bai_jupyter.agents.base import AgentError, KernelEvent, KernelEventKind
+from bai_jupyter.agents.capped import DROPPED_MARK
 from bai_jupyter.agents.local import LocalAgent, files, processes
 from bai_jupyter.kernel_plan import KernelPlan, bootstrap, kernel_environ, labels
 from bai_jupyter.model import Session, SessionSpec, SessionType
@@ -345,6 +346,36 @@ def test_exec_errors_and_capacity(root: Path) -> None:
         await agent.destroy_session(session.id)
         with pytest.raises(AgentError):
             await agent.signal(session.id, signal.SIGINT)
+        await agent.close()
+
+    run(body())
+
+
+def test_exec_and_logs_keep_only_the_last_bytes_and_lines(root: Path) -> None:
+    session, plans = make_plans(
+        SessionType.BATCH, startup_command="seq -f 'mark-%g' 1 3000; sleep 30"
+    )
+    long_output = "seq -w 1 20000 | sed 's/^/line /'; echo the-end >&2"
+    long_bytes = 20_000 * len("line 00001\n") + len("the-end\n")
+
+    async def body() -> None:
+        agent = LocalAgent(root=root)
+        (started,) = await agent.start_kernels(session.id, plans)
+        kid = started.kernel_id
+        result = await agent.exec(kid, ["sh", "-c", long_output], limit=1000)
+        assert result.exit_code == 0
+        assert len(result.output) == 1000 and result.output.endswith("line 20000\nthe-end\n")
+        assert result.truncated and result.dropped == long_bytes - 1000
+
+        async def printed() -> bool:
+            return "mark-3000" in await agent.logs(kid)
+
+        await until("the batch command printed", printed, 10, 0.05)
+        assert await agent.logs(kid, tail=2) == "mark-2999\nmark-3000\n"
+        cut = await agent.logs(kid, limit=100)
+        assert cut.startswith(DROPPED_MARK) and cut.endswith("mark-3000\n")
+        assert len(cut) - len(DROPPED_MARK) == 100
+        await agent.destroy_session(session.id)
         await agent.close()
 
     run(body())

@@ -33,6 +33,7 @@ from ..runtime.protocol import (
     TASK_TIMEOUT_LINE,
     ServicePort,
 )
+from .capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT
 from .traits import HostPath, OptionalSlots, Slots
 
 #: This package, mounted read-only into kernels that can see this host's files.
@@ -280,8 +281,12 @@ class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
         """Remove every kernel and resource of the session here; idempotent."""
 
     @abc.abstractmethod
-    async def logs(self, kernel_id: str) -> str:
-        """The kernel's output so far (stdout and stderr)."""
+    async def logs(
+        self, kernel_id: str, tail: int | None = None, limit: int = LOG_BYTES_LIMIT
+    ) -> str:
+        """The kernel's output so far (stdout and stderr): its last ``tail`` lines (all:
+        ``None``), of which the last ``limit`` bytes, after :data:`.capped.DROPPED_MARK`
+        when that cut it. Read as a stream: memory stays within ``limit``."""
 
     async def wait_for_output(self, kernel_id: str, text: str, timeout: float) -> bool:
         """Wait until the kernel's output contains ``text``; False once it ended without.
@@ -302,8 +307,15 @@ class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
         return False
 
     @abc.abstractmethod
-    async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
-        """Run a command in a running kernel and collect its output."""
+    async def exec(
+        self,
+        kernel_id: str,
+        command: list[str],
+        timeout: float = 60,
+        limit: int = EXEC_OUTPUT_LIMIT,
+    ) -> ExecResult:
+        """Run a command in a running kernel and collect its output as it comes, keeping
+        the last ``limit`` bytes (``ExecResult.dropped`` counts the rest)."""
 
     @abc.abstractmethod
     async def signal(self, kernel_id: str, signum: int) -> None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from traitlets import Bool, Float, Unicode
+from traitlets import Bool, Float, Int, Unicode
 
 from ..client import RemoteManager
 from ..model import SessionType, Status
@@ -115,18 +115,25 @@ class SessionShowApp(SessionCommand):
 
 class SessionLogsApp(SessionCommand):
     name = "bai-jupyter session logs"
-    description = "A kernel's output, kept after the session has ended."
-    usage = "bai-jupyter session logs SESSION [--kernel main1] [--url URL --token TOKEN]"
+    description = "A kernel's last lines of output, kept after the session has ended."
+    usage = "bai-jupyter session logs SESSION [--kernel main1] [--tail N] [--url URL --token TOKEN]"
     arguments: ClassVar[tuple[str, ...]] = ("SESSION",)
     kernel = Unicode("main1", config=True, help="Which kernel: main1, sub1, worker2 …")
+    tail = Int(
+        None,
+        allow_none=True,
+        config=True,
+        help="How many of the last lines (default: the server's log_tail).",
+    )
     aliases = {  # noqa: RUF012 (traitlets' own class attribute)
         **_ALIASES,
         "kernel": ("SessionLogsApp.kernel", kernel.help),
+        "tail": ("SessionLogsApp.tail", tail.help),
     }
 
     def run(self) -> int:
         key = self.extra_args[0]
-        print(self.call(lambda api: api.logs(key, self.kernel)), end="")
+        print(self.call(lambda api: api.logs(key, self.kernel, self.tail)), end="")
         return 0
 
 

@@ -235,12 +235,13 @@ class BaiMagics(Magics):
     @magic_arguments("bai logs")
     @argument("session", nargs="?", help="session id or name (default: this kernel's)")
     @argument("--kernel", default="main1", help="which kernel: main1, sub1 … (default main1)")
+    @argument("--tail", type=int, help="how many of the last lines (default: the server's)")
     def _logs(self, line: str) -> None:
-        """A kernel's output, kept after the session has ended."""
+        """A kernel's last lines of output, kept after the session has ended."""
         args = parse_argstring(self._logs, line)
         key = _session_arg(args.session, "logs")
         remote = find_manager()
-        print(_LOOP.run(remote.logs(key, args.kernel)), end="")
+        print(_LOOP.run(remote.logs(key, args.kernel, args.tail)), end="")
 
     @magic_arguments("bai cancel")
     @argument("session", help="session id or name")

@@ -44,6 +44,9 @@ class Settings(Protocol):
     def log_limit(self) -> int: ...
 
     @property
+    def log_tail(self) -> int: ...
+
+    @property
     def default_image(self) -> str: ...
 
 

@@ -121,11 +121,10 @@ class Lifecycle:
             agent = self.core.agents.get(kernel.agent_id or "")
             if agent is None or kernel.container_id is None or agent.id in self.core.lost:
                 continue
-            try:
-                text = await agent.logs(kernel.id)
+            try:  # read as a stream within the limit: a huge log never sits in memory
+                kept = await agent.logs(kernel.id, self.settings.log_tail, self.settings.log_limit)
             except AgentError:
                 continue
-            kept = text[-self.settings.log_limit :]
             await self.core.db(partial(Transaction.save_logs, kernel_id=kernel.id, logs=kept))
 
     async def fail(self, session: Session, info: str, host: str, exit_code: int | None) -> None:
@@ -264,7 +263,7 @@ class Lifecycle:
         )
         for done, was_ready in zip(started, ready):
             if not was_ready:
-                tail = (await agent.logs(done.kernel_id))[-2000:]
+                tail = await agent.logs(done.kernel_id, tail=40, limit=2000)
                 raise AgentError(f"a kernel did not get ready:\n{tail}")
         return started
 

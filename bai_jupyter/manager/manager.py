@@ -19,6 +19,7 @@ from typing import Any
 from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend, AgentError
+from ..agents.capped import MAX_LOG_TAIL, last_lines
 from ..agents.plugins import make_agents
 from ..errors import Conflict, InvalidRequest, Unavailable
 from ..model import Agent, ExecResult, Session, SessionType, Status
@@ -293,18 +294,24 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise."""
         return await self.core.wait_for(key, statuses, timeout, owner)
 
-    async def logs(self, key: str, kernel: str = "main1", owner: str | None = None) -> str:
-        """A kernel's output: live while it runs, kept in the store after it ends."""
+    async def logs(
+        self, key: str, kernel: str = "main1", owner: str | None = None, tail: int | None = None
+    ) -> str:
+        """A kernel's last ``tail`` lines (default ``log_tail``) within ``log_limit`` bytes:
+        live while it runs (read from the agent as a stream), kept in the store after."""
+        lines = self.log_tail if tail is None else tail
+        if not 1 <= lines <= MAX_LOG_TAIL:
+            raise InvalidRequest(f"tail: must be 1 to {MAX_LOG_TAIL} lines, got {lines}")
         session = await self.get(key, owner)
         target = find_kernel(session, kernel)
         kept = await self.core.query(lambda tx: tx.get_logs(target.id))
         if kept is not None:
-            return kept
+            return last_lines(kept, lines)
         agent = self.core.agents.get(target.agent_id or "")
         if agent is None or target.container_id is None:
             return ""
         try:
-            return await agent.logs(target.id)
+            return await agent.logs(target.id, lines, self.log_limit)
         except AgentError as exc:
             raise Unavailable(str(exc)) from exc
 
@@ -326,7 +333,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         agent, kernel_id = await self.core.running_kernel(session.id, kernel, owner)
         self.activity.touch(session.id, "exec")
         try:
-            return await agent.exec(kernel_id, command, timeout)
+            return await agent.exec(kernel_id, command, timeout, self.exec_output_limit)
         except AgentError as exc:
             raise Unavailable(str(exc)) from exc
 

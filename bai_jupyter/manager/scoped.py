@@ -133,9 +133,9 @@ class ScopedManager:
 
         return await self._run(call())
 
-    async def logs(self, key: str, kernel: str = "main1") -> str:
+    async def logs(self, key: str, kernel: str = "main1", tail: int | None = None) -> str:
         async def call() -> str:
-            return await self.manager.logs((await self._resolve(key)).id, kernel)
+            return await self.manager.logs((await self._resolve(key)).id, kernel, tail=tail)
 
         return await self._run(call())
 

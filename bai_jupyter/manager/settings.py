@@ -11,6 +11,7 @@ from typing import Any
 
 from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, validate
 
+from ..agents.capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT, MAX_LOG_TAIL
 from ..mounts import parse_prefixes
 from ..runtime.protocol import DEFAULT_IMAGE
 
@@ -105,7 +106,29 @@ class ManagerSettings(HasTraits):
         3600.0, config=True, help="Seconds between deletions of ended sessions past retention."
     )
     log_limit = Int(
-        1 << 20, config=True, help="Characters of each kernel's log kept after it ends."
+        LOG_BYTES_LIMIT,
+        min=1024,
+        config=True,
+        help="Bytes of a kernel's log read at most, the last ones: what the logs API returns "
+        "and what the store keeps of each kernel when its session ends. The log is read as "
+        "a stream, so a kernel's output never takes more of the manager's memory.",
+    )
+    log_tail = Int(
+        10_000,
+        min=1,
+        max=MAX_LOG_TAIL,
+        config=True,
+        help="Lines of a kernel's log returned when a request names no `tail` (and kept in "
+        "the store when its session ends), within `log_limit` bytes.",
+    )
+    exec_output_limit = Int(
+        EXEC_OUTPUT_LIMIT,
+        min=1024,
+        config=True,
+        help="Bytes of an exec's output (stdout and stderr together) returned at most: the "
+        "last ones (where a command says why it failed); the reply says how many came "
+        "before. Read as it comes, so a command's output never takes more of the "
+        "manager's memory.",
     )
     watchdog_interval = Float(
         5.0,

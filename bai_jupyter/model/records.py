@@ -181,7 +181,16 @@ class Agent:
 
 @dataclass(frozen=True)
 class ExecResult:
-    """What a command run in a kernel gave: its exit code and its output (stdout + stderr)."""
+    """What a command run in a kernel gave: its exit code and its output (stdout + stderr).
+
+    An output over the manager's ``exec_output_limit`` keeps its last bytes: ``dropped``
+    says how many came before them (the end is where a command says why it failed)."""
 
     exit_code: int
     output: str
+    dropped: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the output's head was left out for its size."""
+        return self.dropped > 0

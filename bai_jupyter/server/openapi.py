@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..agents.capped import MAX_LOG_TAIL
 from ..model import SessionType
 from ..request import RESERVED_PORTS_TEXT
 from .openapi_schemas import SCHEMAS, json_content, operation, path_param, query_param, ref, reply
@@ -78,9 +79,19 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
         "/sessions/{key}/logs": {
             "parameters": [_SESSION_KEY],
             "get": operation(
-                "a kernel's output",
+                "a kernel's last lines (within the manager's log_limit bytes)",
                 {"200": reply("{session_id, kernel, logs}", {"type": "object"})},
-                parameters=[_KERNEL],
+                parameters=[
+                    _KERNEL,
+                    {
+                        **query_param(
+                            "tail",
+                            "how many of the last lines; default the manager's log_tail; "
+                            "a first line '[… earlier output dropped …]' says log_limit cut them",
+                        ),
+                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LOG_TAIL},
+                    },
+                ],
             ),
         },
         "/sessions/{key}/interrupt": {
@@ -111,7 +122,13 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
             "parameters": [_SESSION_KEY],
             "post": operation(
                 "run a command (an argv, no shell) in one kernel of a running session",
-                {"200": reply("{exit_code, output}", {"type": "object"})},
+                {
+                    "200": reply(
+                        "{exit_code, output, truncated, dropped_bytes}: the output's last "
+                        "exec_output_limit bytes; dropped_bytes came before them",
+                        {"type": "object"},
+                    )
+                },
                 requestBody={
                     "required": True,
                     **json_content(

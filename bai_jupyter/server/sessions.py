@@ -13,6 +13,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from ..agents.capped import MAX_LOG_TAIL
 from ..errors import Forbidden, InvalidRequest
 from ..idleness import idle_view
 from ..model import KernelRole, Session, SessionType, Status
@@ -200,14 +201,21 @@ class ServicesHandler(BaiHandler):
 
 
 class LogsHandler(BaiHandler):
-    """A kernel's output (``?kernel=sub1``; default main1), kept after the session ends."""
+    """A kernel's output (``?kernel=sub1``; default main1), kept after the session ends: its
+    last ``?tail=N`` lines (default: the manager's ``log_tail``) within ``log_limit`` bytes."""
 
     @web.authenticated
     @authorized
     async def get(self, key: str) -> None:
+        tail = self.get_argument("tail", None)
+        lines = None
+        if tail is not None:
+            if not tail.isascii() or not tail.isdigit() or not 1 <= int(tail) <= MAX_LOG_TAIL:
+                raise InvalidRequest(f"tail: must be a number of lines, 1 to {MAX_LOG_TAIL}")
+            lines = int(tail)
         session = await self.api.get(key)
         kernel = self.get_argument("kernel", "main1")
-        logs = await self.api.logs(session.id, kernel=kernel)
+        logs = await self.api.logs(session.id, kernel=kernel, tail=lines)
         self.write_json({"session_id": session.id, "kernel": kernel, "logs": logs})
 
 
@@ -257,7 +265,8 @@ class KernelTokenHandler(BaiHandler):
 
 class ExecHandler(BaiHandler):
     """Run a command in one kernel: ``{"command": [argv…], "kernel": "sub1", "timeout": 60}``
-    → ``{"exit_code", "output"}`` (stdout and stderr together)."""
+    → ``{"exit_code", "output", "truncated", "dropped_bytes"}`` (stdout and stderr together;
+    the last ``exec_output_limit`` bytes, ``dropped_bytes`` before them)."""
 
     @web.authenticated
     @authorized
@@ -283,7 +292,14 @@ class ExecHandler(BaiHandler):
             raise InvalidRequest(f"timeout: must be more than 0 and at most {_MAX_EXEC_TIMEOUT} s")
         require_running(await self.api.get(key))
         result = await self.api.exec(key, command, kernel=kernel, timeout=float(timeout))
-        self.write_json({"exit_code": result.exit_code, "output": result.output})
+        self.write_json(
+            {
+                "exit_code": result.exit_code,
+                "output": result.output,
+                "truncated": result.truncated,
+                "dropped_bytes": result.dropped,
+            }
+        )
 
 
 class ActivityHandler(BaiHandler):

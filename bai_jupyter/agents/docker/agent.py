@@ -22,6 +22,7 @@ from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
 from ...model import ExecResult, KernelRole
 from ...resources import ResourceSlot
 from ..base import AgentBackend, AgentError, KernelStarted, LiveKernel
+from ..capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT
 from .bootstrap import precompile_runtime
 from .containers import KernelContainers, is_main
 from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_socket
@@ -30,7 +31,7 @@ from .images import EngineImages
 from .multinode import DockerMultiNode
 from .networks import EGRESS_NETWORK, Networks, network_name
 from .options import DockerOptions
-from .output import follow_output
+from .output import exec_capped, follow_output, read_logs
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
 
@@ -224,13 +225,15 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
 
     # -- single kernels ------------------------------------------------------------------
 
-    async def logs(self, kernel_id: str) -> str:
+    async def logs(
+        self, kernel_id: str, tail: int | None = None, limit: int = LOG_BYTES_LIMIT
+    ) -> str:
+        """Asked of the engine with its own ``tail``, read as a stream within ``limit``."""
         api = await self.engine.api()
         cid = await self.containers.find(api, kernel_id)
-        raw = await self.engine.call(
-            f"cannot read logs of kernel {kernel_id}", api.logs, cid, stdout=True, stderr=True
+        return await read_logs(
+            self.engine, cid, tail, limit, f"cannot read logs of kernel {kernel_id}"
         )
-        return bytes(raw).decode(errors="replace")
 
     async def wait_for_output(self, kernel_id: str, text: str, timeout: float) -> bool:
         """Follows the kernel's log stream (:mod:`.output`) rather than polling its logs;
@@ -241,33 +244,23 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
         cid = await self.containers.find(api, kernel_id)
         return await follow_output(self.engine, cid, text, timeout)
 
-    async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
+    async def exec(
+        self,
+        kernel_id: str,
+        command: list[str],
+        timeout: float = 60,
+        limit: int = EXEC_OUTPUT_LIMIT,
+    ) -> ExecResult:
         """Run ``command`` in the kernel; exit code 124 means it ran past ``timeout``.
 
         The time limit is enforced inside (coreutils ``timeout`` when the image has
-        it, so the process really ends) and outside (we stop waiting and raise)."""
+        it, so the process really ends) and outside (we stop reading and raise). The
+        output is read as it comes; its last ``limit`` bytes are kept."""
         api = await self.engine.api()
         cid = await self.containers.find(api, kernel_id)
-        wrapped = [
-            "sh",
-            "-c",
-            'if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 "$0" "$@"; '
-            'else exec "$@"; fi',
-            f"{timeout:g}",
-            *command,
-        ]
         what = f"cannot exec in kernel {kernel_id}"
-
-        def run() -> tuple[int, bytes]:
-            exec_id = api.exec_create(cid, wrapped, stdout=True, stderr=True)["Id"]
-            output = api.exec_start(exec_id)
-            return int(api.exec_inspect(exec_id)["ExitCode"]), bytes(output)
-
-        try:
-            exit_code, output = await asyncio.wait_for(self.engine.call(what, run), timeout + 10)
-        except asyncio.TimeoutError as exc:
-            raise AgentError(f"{what}: {command[0]} did not end within {timeout:g}s") from exc
-        return ExecResult(exit_code=exit_code, output=output.decode(errors="replace"))
+        code, output, dropped = await exec_capped(self.engine, cid, command, timeout, limit, what)
+        return ExecResult(code, output.decode(errors="replace"), dropped)
 
     async def signal(self, kernel_id: str, signum: int) -> None:
         api = await self.engine.api()

@@ -138,6 +138,8 @@ class ContainerSettings(Protocol):
     def sftp_address(self) -> str: ...
     @property
     def sftp_host(self) -> str: ...
+    @property
+    def log_config(self) -> dict[str, Any]: ...
 
 
 class KernelContainers:
@@ -226,6 +228,7 @@ class KernelContainers:
                 cap_add=list(KEPT_CAPABILITIES),
                 security_opt=["no-new-privileges"],
                 storage_opt={"size": disk} if disk else None,
+                log_config=settings.log_config,
                 **limits,
             )
             return api.create_container(

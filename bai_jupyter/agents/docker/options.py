@@ -7,7 +7,10 @@ in one place; not a ``Configurable`` of its own, so the config section stays
 
 from __future__ import annotations
 
-from traitlets import Bool, HasTraits, Int, Unicode, default
+import re
+from typing import Any
+
+from traitlets import Bool, Enum, HasTraits, Int, TraitError, Unicode, default, validate
 
 __all__ = ["DockerOptions"]
 
@@ -81,6 +84,42 @@ class DockerOptions(HasTraits):
         "'gpu1.example.org'); default: sftp_address, or this machine's name when that is "
         "0.0.0.0.",
     )
+
+    log_driver = Enum(
+        ["json-file", "local"],
+        "json-file",
+        config=True,
+        help="The log driver of kernels' containers (whatever the engine's default): "
+        "'json-file' or 'local', both rotated by `log_max_size` and `log_max_files`, both "
+        "read back by `docker logs` and the sessions API.",
+    )
+    log_max_size = Unicode(
+        "10m",
+        config=True,
+        help="Size at which a kernel's container log file is rotated (e.g. '10m', '512k'): "
+        "with `log_max_files`, what a kernel's output can take on the engine's disk.",
+    )
+    log_max_files = Int(
+        3,
+        min=1,
+        config=True,
+        help="How many rotated log files each kernel's container keeps (the oldest goes).",
+    )
+
+    @validate("log_max_size")
+    def _check_log_max_size(self, proposal: dict[str, Any]) -> str:
+        value = str(proposal["value"]).strip().lower()
+        if not re.fullmatch(r"[1-9][0-9]*[kmg]?", value):
+            raise TraitError(f"log_max_size: a size such as '10m' or '512k', got {value!r}")
+        return value
+
+    @property
+    def log_config(self) -> dict[str, Any]:
+        """The containers' ``HostConfig.LogConfig``: a bounded log on the engine's disk."""
+        return {
+            "type": self.log_driver,
+            "config": {"max-size": self.log_max_size, "max-file": str(self.log_max_files)},
+        }
 
     @default("sftp_address")
     def _sftp_address_default(self) -> str:

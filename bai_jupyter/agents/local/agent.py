@@ -44,6 +44,7 @@ from ..base import (
     kernel_connection,
     task_timed_out,
 )
+from ..capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT
 from ..traits import HostPath
 from . import files, processes
 from .kernels import LocalKernel
@@ -216,18 +217,29 @@ class LocalAgent(AgentBackend):
 
     # ------------------------------------------------------------------ inspect / act
 
-    async def logs(self, kernel_id: str) -> str:
+    async def logs(
+        self, kernel_id: str, tail: int | None = None, limit: int = LOG_BYTES_LIMIT
+    ) -> str:
+        """Read from the end of the kernel's log file: never more than ``limit`` bytes."""
         kernel = await self._get(kernel_id)
-        return await asyncio.to_thread(files.read_tail, kernel.log_file, files.LOG_LIMIT)
+        return await asyncio.to_thread(files.read_tail, kernel.log_file, limit, tail)
 
-    async def exec(self, kernel_id: str, command: list[str], timeout: float = 60) -> ExecResult:
+    async def exec(
+        self,
+        kernel_id: str,
+        command: list[str],
+        timeout: float = 60,
+        limit: int = EXEC_OUTPUT_LIMIT,
+    ) -> ExecResult:
         """Run ``command`` in the kernel's work dir with its environment (there is no
         container to enter); exit code 124 means it ran past ``timeout`` and was killed,
-        as with the Docker backend."""
+        as with the Docker backend. The pipe is read in chunks; the last ``limit`` bytes
+        are kept."""
         kernel = await self._running(kernel_id)
         if not command:
             raise AgentError("exec: empty command")
-        return await processes.run(command, kernel.work_dir, {**os.environ, **kernel.env}, timeout)
+        env = {**os.environ, **kernel.env}
+        return await processes.run(command, kernel.work_dir, env, timeout, limit)
 
     async def signal(self, kernel_id: str, signum: int) -> None:
         """To the runtime only (the group leader): it forwards INT/HUP to the ipykernel."""

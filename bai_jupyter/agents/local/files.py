@@ -23,9 +23,9 @@ from typing import Any
 from ...kernel_plan import KernelPlan
 from ...mounts import Mount
 from ..base import AgentError
+from ..capped import DROPPED_MARK
 
 __all__ = [
-    "LOG_LIMIT",
     "META_FILE",
     "default_root",
     "host_work_dir",
@@ -39,8 +39,6 @@ __all__ = [
 
 #: Per-kernel metadata file, read back by a later agent.
 META_FILE = "local-kernel.json"
-#: :meth:`LocalAgent.logs` returns at most this many trailing bytes.
-LOG_LIMIT = 8 * 1024 * 1024
 
 
 def default_root() -> Path:
@@ -120,11 +118,20 @@ def _read_tail_bytes(path: Path, limit: int) -> bytes:
         return b""
 
 
-def read_tail(path: Path, limit: int) -> str:
-    """The last ``limit`` bytes of a log, saying when earlier output was dropped."""
+def read_tail(path: Path, limit: int, lines: int | None = None) -> str:
+    """A log's last ``lines`` lines (all: ``None``) within its last ``limit`` bytes, after
+    :data:`DROPPED_MARK` when the byte limit cut what was asked (only the end is read)."""
     data = _read_tail_bytes(path, limit + 1)
+    if lines is not None:
+        end = len(data) - 1  # a newline at the very end ends the last line
+        for _ in range(lines):
+            end = data.rfind(b"\n", 0, end)
+            if end < 0:
+                break
+        else:
+            return data[end + 1 :].decode(errors="replace")
     if len(data) > limit:
-        return "[… earlier output dropped …]\n" + data[-limit:].decode(errors="replace")
+        return DROPPED_MARK + data[-limit:].decode(errors="replace")
     return data.decode(errors="replace")
 
 

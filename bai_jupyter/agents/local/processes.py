@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ...model import ExecResult
 from ...runtime.protocol import EXIT_TIMEOUT
+from ..capped import OutputTail
 
 __all__ = [
     "CHILDREN",
@@ -122,9 +123,12 @@ async def wait_child(proc: subprocess.Popen[bytes]) -> int:
         os.close(fd)
 
 
-async def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> ExecResult:
-    """Run a short command and collect its output; exit code 124 means it ran past
-    ``timeout`` and was killed (like coreutils ``timeout``), with what it started."""
+async def run(
+    command: list[str], cwd: Path, env: dict[str, str], timeout: float, limit: int
+) -> ExecResult:
+    """Run a short command and collect the last ``limit`` bytes of its output; exit code 124
+    means it ran past ``timeout`` and was killed (like coreutils ``timeout``), with what
+    it started."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *command,
@@ -141,11 +145,11 @@ async def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float
         return ExecResult(126, f"{command[0]}: permission denied\n")
     assert proc.stdout is not None
     stdout = proc.stdout
-    chunks: list[bytes] = []
+    kept = OutputTail(limit)
 
     async def collect() -> int:
         while data := await stdout.read(65536):
-            chunks.append(data)
+            kept.feed(data)
         return await proc.wait()
 
     try:
@@ -157,7 +161,7 @@ async def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float
         if proc.returncode is None:
             killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-    return ExecResult(code, b"".join(chunks).decode(errors="replace"))
+    return ExecResult(code, kept.text(), kept.dropped)
 
 
 def argv_of(proc: subprocess.Popen[bytes]) -> list[str]:
