@@ -233,7 +233,14 @@ class ScopedManager:
     async def create_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
         admin = bool(request.get("replica", {}).get("mounts")) and await self.is_admin("write")
         endpoints = self.manager.endpoints
-        return await self._run(endpoints.create(request, self.owner, self.groups, admin))
+
+        async def call() -> dict[str, Any]:
+            made = await endpoints.create(request, self.owner, self.groups, admin)
+            if self.parent is not None:  # a kernel token's: it may manage what it made
+                await self.manager.kernel_tokens.note_endpoint(made["id"], self.parent)
+            return made
+
+        return await self._run(call())
 
     async def list_endpoints(self, everyone: bool = False) -> list[dict[str, Any]]:
         owner = None if everyone and await self.is_admin("read") else self.owner

@@ -6,6 +6,7 @@ records the store keeps (``records``) each have a module; every name is here too
 
 from __future__ import annotations
 
+from .keys import ID_KEY_RE, MAX_REASON, REASON_RE, is_id_key, reason_problem
 from .records import (
     Agent,
     ExecResult,
@@ -37,8 +38,11 @@ from .status import (
 )
 
 __all__ = [
+    "ID_KEY_RE",
     "MAIN_ROLE",
+    "MAX_REASON",
     "OCCUPYING",
+    "REASON_RE",
     "STARTING",
     "SUB_ROLE",
     "TERMINAL",
@@ -59,5 +63,7 @@ __all__ = [
     "check_transition",
     "cluster_hostnames",
     "derive_session_status",
+    "is_id_key",
     "new_id",
+    "reason_problem",
 ]

@@ -33,6 +33,7 @@ from .parsers import (
     bound_env,
     bound_image,
     bound_mounts,
+    bound_name,
     bound_resources,
     bound_service_ports,
     bound_text,
@@ -74,7 +75,12 @@ class SpecField:
 FIELDS: Mapping[str, SpecField] = MappingProxyType(
     {
         "image": SpecField(parse_image, "container image to run, e.g. 'python:3.12'", bound_image),
-        "name": SpecField(parse_name, "session name, unique per owner: 1-64 of [A-Za-z0-9._-]"),
+        "name": SpecField(
+            parse_name,
+            "session name, unique per owner: 1-64 of [A-Za-z0-9._-], not 8-32 of [0-9a-f] "
+            "alone (that reads as a session id)",
+            bound_name,
+        ),
         "type": SpecField(
             enum_parser(SessionType),
             f"session type: {', '.join(t.value for t in SessionType)}",
