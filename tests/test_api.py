@@ -182,6 +182,33 @@ async def test_session_crud_and_ownership(server: Server) -> None:
     assert body(again)["status"] == "CANCELLED"
 
 
+async def test_a_reason_to_end_a_session_is_a_bounded_kebab_case_word(server: Server) -> None:
+    """What a user gives as ``?reason=`` becomes ``status_info``, shown everywhere."""
+    from bai_jupyter.errors import InvalidRequest
+
+    alice = "alice-token"
+    made = await server.fetch("POST", "bai/api/v1/sessions", {"starts_at": FUTURE}, token=alice)
+    sid = body(made)["id"]
+    for reason in ("two%0Alines", "x" * 65, "Upper", "a%20b", "-lead", "trail-", "a--b", ""):
+        reply = await server.fetch(
+            "DELETE", f"bai/api/v1/sessions/{sid}?reason={reason}", token=alice
+        )
+        assert reply.code == 400, (reason, reply.body)
+        error = body(reply)
+        assert error["error"] == "invalid-request" and error["message"].startswith("reason: ")
+        assert "kebab-case" in error["message"]
+    with pytest.raises(InvalidRequest, match="reason: "):
+        await server.client(alice).destroy(sid, reason="x" * 20_000)
+    assert (
+        body(await server.fetch("GET", f"bai/api/v1/sessions/{sid}", token=alice))["status"]
+        == "PENDING"
+    )
+    ended = await server.fetch(
+        "DELETE", f"bai/api/v1/sessions/{sid}?reason={'a' * 64}", token=alice
+    )
+    assert (body(ended)["status"], body(ended)["status_info"]) == ("CANCELLED", "a" * 64)
+
+
 @pytest.mark.parametrize(
     ("method", "path", "payload", "status", "needle"),
     [

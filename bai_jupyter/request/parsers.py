@@ -295,6 +295,14 @@ def parse_env(value: Any, path: str) -> dict[str, str]:
 
 
 def bound_env(value: Any, path: str) -> None:
+    for key in value:
+        if key.startswith("LD_"):  # read by the loader of every process, ours included
+            raise SpecError(
+                f"{path}.{key}",
+                "the dynamic loader's variables (LD_*) are not accepted: they would load "
+                "code into every process of the kernel, the runtime included; set them in "
+                "the image or in your own commands",
+            )
     if len(value) > MAX_ENV:
         raise SpecError(path, f"may set at most {MAX_ENV} variables, got {len(value)}")
     size = sum(len(key) + len(item or "") for key, item in value.items())

@@ -249,7 +249,26 @@ def parse_spec(data: Mapping[str, Any], bounded: bool = True) -> SessionSpec:
         raise SpecError(
             "cluster_size", f"a system (SFTP) session has one kernel, got {spec.cluster_size}"
         )
+    if bounded and spec.type is SessionType.SYSTEM:
+        _refuse_commands(spec)
     return spec
+
+
+#: What a system (SFTP-only) session cannot use: anything that would run code or a service
+#: (roles always add kernels, which ``cluster_size`` already refuses).
+_NOT_FOR_SYSTEM = ("env", "service_ports", "startup_command")
+
+
+def _refuse_commands(spec: SessionSpec) -> None:
+    """A system session runs no user code: refuse a field it would never use, or that
+    would run code in it (an ``env`` entry reaches its processes, running as root)."""
+    for name in _NOT_FOR_SYSTEM:
+        if getattr(spec, name):
+            raise SpecError(
+                name,
+                "not allowed when type is system: a system session serves SFTP only and "
+                "runs no code, services or commands (leave it out)",
+            )
 
 
 def validate_partial(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
