@@ -209,6 +209,25 @@ async def test_a_reason_to_end_a_session_is_a_bounded_kebab_case_word(server: Se
     assert (body(ended)["status"], body(ended)["status_info"]) == ("CANCELLED", "a" * 64)
 
 
+async def test_one_owners_pending_sessions_are_capped_by_default(tmp_path: Any) -> None:
+    """With no policy at all, one user cannot fill the queue: the 51st pending is 403."""
+    srv = start_server(tmp_path, MULTI_USER + 'c.BaiSessionManager.backend = "local"\n')
+    try:
+        pending = {"starts_at": FUTURE}
+        for _ in range(50):
+            reply = await srv.fetch("POST", "bai/api/v1/sessions", pending, token="bob-token")
+            assert reply.code == 201, reply.body
+        refused = await srv.fetch("POST", "bai/api/v1/sessions", pending, token="bob-token")
+        assert refused.code == 403, refused.body
+        message = body(refused)["message"]
+        assert "BaiSessionManager.default_max_pending" in message and "50" in message
+        # Another user is not held by bob's queue.
+        other = await srv.fetch("POST", "bai/api/v1/sessions", pending, token="alice-token")
+        assert other.code == 201, other.body
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize(
     ("method", "path", "payload", "status", "needle"),
     [
