@@ -1,6 +1,7 @@
 """Sessions, kernels and agents, and the one lifecycle table they follow.
 
-The states and their table (``status``), what a user asks for (``spec``) and the
+The states and their table (``status``), what a user asks for (``spec``), the
+rule reading a key as an id or a name (``keys``) and the
 records the store keeps (``records``) each have a module; every name is here too.
 """
 
