@@ -182,6 +182,52 @@ async def test_session_crud_and_ownership(server: Server) -> None:
     assert body(again)["status"] == "CANCELLED"
 
 
+async def test_a_reason_to_end_a_session_is_a_bounded_kebab_case_word(server: Server) -> None:
+    """What a user gives as ``?reason=`` becomes ``status_info``, shown everywhere."""
+    from bai_jupyter.errors import InvalidRequest
+
+    alice = "alice-token"
+    made = await server.fetch("POST", "bai/api/v1/sessions", {"starts_at": FUTURE}, token=alice)
+    sid = body(made)["id"]
+    for reason in ("two%0Alines", "x" * 65, "Upper", "a%20b", "-lead", "trail-", "a--b", ""):
+        reply = await server.fetch(
+            "DELETE", f"bai/api/v1/sessions/{sid}?reason={reason}", token=alice
+        )
+        assert reply.code == 400, (reason, reply.body)
+        error = body(reply)
+        assert error["error"] == "invalid-request" and error["message"].startswith("reason: ")
+        assert "kebab-case" in error["message"]
+    with pytest.raises(InvalidRequest, match="reason: "):
+        await server.client(alice).destroy(sid, reason="x" * 20_000)
+    assert (
+        body(await server.fetch("GET", f"bai/api/v1/sessions/{sid}", token=alice))["status"]
+        == "PENDING"
+    )
+    ended = await server.fetch(
+        "DELETE", f"bai/api/v1/sessions/{sid}?reason={'a' * 64}", token=alice
+    )
+    assert (body(ended)["status"], body(ended)["status_info"]) == ("CANCELLED", "a" * 64)
+
+
+async def test_one_owners_pending_sessions_are_capped_by_default(tmp_path: Any) -> None:
+    """With no policy at all, one user cannot fill the queue: the 51st pending is 403."""
+    srv = start_server(tmp_path, MULTI_USER + 'c.BaiSessionManager.backend = "local"\n')
+    try:
+        pending = {"starts_at": FUTURE}
+        for _ in range(50):
+            reply = await srv.fetch("POST", "bai/api/v1/sessions", pending, token="bob-token")
+            assert reply.code == 201, reply.body
+        refused = await srv.fetch("POST", "bai/api/v1/sessions", pending, token="bob-token")
+        assert refused.code == 403, refused.body
+        message = body(refused)["message"]
+        assert "BaiSessionManager.default_max_pending" in message and "50" in message
+        # Another user is not held by bob's queue.
+        other = await srv.fetch("POST", "bai/api/v1/sessions", pending, token="alice-token")
+        assert other.code == 201, other.body
+    finally:
+        srv.stop()
+
+
 @pytest.mark.parametrize(
     ("method", "path", "payload", "status", "needle"),
     [

@@ -634,3 +634,35 @@ def test_real_runtime_batch_timeout(h: Harness, real_runtime: Path) -> None:
         lambda e: e.kind is KernelEventKind.EXITED and e.session_id == session.id, began + 15
     )
     assert (event.exit_code, event.detail) == (124, {"task_timeout": True})
+
+
+def test_the_runtime_runs_no_code_from_the_session_env(
+    h: Harness, real_runtime: Path, tmp_path: Path
+) -> None:
+    """A data folder on PYTHONPATH with a sitecustomize.py, and a PYTHONSTARTUP: they run
+    in the user's own processes (the task here), never in our runtime (root, sshd, keys)."""
+    folder = tmp_path / "inject"
+    folder.mkdir()
+    note = (
+        "import os, sys\nwith open('/home/work/inject/{0}.txt', 'a') as f:\n"
+        "    f.write(repr(sys.argv) + chr(10))\n"
+    )
+    (folder / "sitecustomize.py").write_text(note.format("site"))
+    (folder / "startup.py").write_text(note.format("startup"))
+    env = {"PYTHONPATH": "/home/work/inject", "PYTHONSTARTUP": "/home/work/inject/startup.py"}
+    session, plans = h.session(
+        1,
+        type=model.SessionType.BATCH,
+        startup_command="python3 -c 'print(1)'",
+        env=env,
+        mounts=[Mount(str(folder), "/home/work/inject")],
+    )
+    began = time.monotonic()
+    h.start(plans, agent=h.real)
+    event = h.wait_event(
+        lambda e: e.kind is KernelEventKind.EXITED and e.session_id == session.id, began + 30
+    )
+    assert event.exit_code == 0, h.run(h.real.logs(session.kernels[0].id))
+    ran = (folder / "site.txt").read_text().splitlines()
+    assert ran == ["['-c']"], ran  # the task's python3 only: the env is still the user's
+    assert not (folder / "startup.txt").exists()

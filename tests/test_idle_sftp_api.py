@@ -283,6 +283,37 @@ async def test_sftp_with_the_owners_own_key(server: Server, tmp_path: Path) -> N
     await alice.destroy(made.id)
 
 
+async def test_a_system_session_takes_no_code_and_the_api_runs_nothing_in_it(
+    server: Server,
+) -> None:
+    """The docs say "no shell, no code": what would run code is refused at create, and so
+    are the API's exec and service ports."""
+    sessions = "bai/api/v1/sessions"
+    for field, value in (
+        ("env", {"PYTHONPATH": "/home/work/data"}),
+        ("service_ports", ["web:http:8080"]),
+        ("startup_command", "python3 -m http.server"),
+    ):
+        request = {"type": "system", "mounts": ["data"], field: value}
+        reply = await server.fetch("POST", sessions, request, token="alice-token")
+        assert reply.code == 400, (field, reply.body)
+        assert json.loads(reply.body)["message"].startswith(f"{field}: not allowed"), reply.body
+    alice = server.client("alice-token")
+    made = await alice.create({"type": "system", "mounts": ["data"], "resources": SMALL})
+    assert (await alice.wait_for(made.id, {Status.RUNNING}, timeout=90)).status is Status.RUNNING
+    for path, call in (
+        ("exec", {"command": ["id", "-u"]}),
+        ("services", {"service_port": "web:http:8080"}),
+    ):
+        reply = await server.fetch("POST", f"{sessions}/{made.id}/{path}", call, "alice-token")
+        assert reply.code == 403, (path, reply.body)
+        assert "system (SFTP-only) session" in json.loads(reply.body)["message"]
+    # Refused, not broken: it keeps serving (the idle watch's own look at its open SFTP
+    # connections goes to the agent directly: test_idle_timeout_fed_by_… below).
+    assert (await alice.get(made.id)).status is Status.RUNNING
+    await alice.destroy(made.id)
+
+
 def _status_text(
     server: Server, monkeypatch: pytest.MonkeyPatch, token: str, line: str, own: str | None
 ) -> str:

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 from test_server_harness import MULTI_USER, Server, start_server
 
 from bai_jupyter.manager.tokens import TokenSigner
 from bai_jupyter.store import Store
+from bai_jupyter.store.tables import sessions_table
 
 FUTURE = time.time() + 86400 * 365
 _LOCAL = 'c.BaiSessionManager.backend = "local"\n'
@@ -199,3 +201,106 @@ async def test_kernel_tokens_may_be_kept_from_creating_sessions(tmp_path: Path) 
         await server.client("alice-token").destroy(a)
     finally:
         server.stop()
+
+
+async def test_a_name_that_looks_like_an_id_is_refused_at_create(server: Server) -> None:
+    """A child named ``<sibling id>`` would hold a token whose own name is the sibling's id."""
+    kernel, tokens = _kernel_side(server)
+    a = await _create(server, "alice-token")
+    sibling = await _create(server, "alice-token")
+    api = "bai/api/v1/sessions"
+    for name in (sibling, sibling[:8], "deadbeef"):
+        for door, token in ((kernel, tokens.mint(a)), (server, "alice-token")):
+            body = {"starts_at": FUTURE, "name": name}
+            reply = await door.fetch("POST", api, body, token=token)
+            assert reply.code == 400, (name, reply.body)
+            error = json.loads(reply.body)
+            assert error["error"] == "invalid-request" and "name:" in error["message"], error
+            assert "looks like a session id" in error["message"]
+    # Names with a character no id has are names.
+    for name in ("deadbeeg", "DEADBEEF", "abc1234", f"x{sibling[:31]}"):
+        made = await _create(server, "alice-token", name=name)
+        assert (await server.client("alice-token").get(name)).id == made
+        await server.client("alice-token").destroy(made)
+    for key in (a, sibling):
+        await server.client("alice-token").destroy(key)
+
+
+async def test_the_scope_check_and_the_handler_resolve_a_key_to_one_session(
+    server: Server,
+) -> None:
+    """A session named like another's id, as an older version stored it: its token does
+    not reach that other session (the scope check resolves the key as the handler does),
+    it is reached by its own id only, and the server keeps serving it."""
+    kernel, tokens = _kernel_side(server)
+    sibling = await _create(server, "alice-token")
+    odd = await _create(server, "alice-token", name="renamed-below")
+    store = Store(f"sqlite:///{server.log.parent}/store.sqlite")
+    try:
+        with store.write() as tx:  # what an older version accepted as a name
+            row = sessions_table.c
+            spec = tx.conn.execute(sa.select(row.spec).where(row.id == odd)).scalar_one()
+            tx.conn.execute(
+                sa.update(sessions_table)
+                .where(row.id == odd)
+                .values(name=sibling, spec={**spec, "name": sibling})
+            )
+    finally:
+        store.close()
+    token = tokens.mint(odd)
+    api = "bai/api/v1/sessions"
+    for method, path in (
+        ("GET", f"{sibling}?connection=true"),
+        ("GET", sibling),
+        ("POST", f"{sibling}/exec"),
+        ("DELETE", sibling),
+    ):
+        reply = await kernel.fetch(method, f"{api}/{path}", token=token)
+        assert reply.code == 403, (method, path, reply.body)
+        assert "only its own session" in _error(reply)
+    reply = await kernel.fetch("GET", f"{api}/{odd}?connection=true", token=token)
+    assert reply.code == 200 and json.loads(reply.body)["id"] == odd, reply.body
+    # The owner's key is the sibling's id, so it reaches the sibling; the odd one by id.
+    owner = server.client("alice-token")
+    assert (await owner.get(sibling)).id == sibling
+    assert (await owner.get(odd)).name == sibling
+    listed = await server.fetch("GET", api, token="alice-token")
+    assert listed.code == 200 and odd in listed.body.decode()
+    for key in (sibling, odd):
+        await owner.destroy(key)
+
+
+async def test_a_kernel_token_reaches_only_the_endpoints_it_created(server: Server) -> None:
+    """A child session named like the owner's endpoint gets no hold on that endpoint."""
+    kernel, tokens = _kernel_side(server)
+    a = await _create(server, "alice-token")
+    token = tokens.mint(a)
+    endpoints = "bai/api/v1/endpoints"
+    idle = {"scaling": {"min_replicas": 1, "max_replicas": 1}}
+    replica = {"startup_command": "sleep 600", "service_ports": ["model:http:8000"]}
+    request = {"name": "owners-model", "replica": replica, **idle}
+    made = await server.fetch("POST", endpoints, request, token="alice-token")
+    assert made.code == 201, made.body
+    child = await _create(kernel, token, name="owners-model")
+    child_token = tokens.mint(child)
+    for who in (token, child_token):
+        for method, body in (("GET", None), ("PATCH", {"health_path": "/x"}), ("DELETE", None)):
+            reply = await kernel.fetch(method, f"{endpoints}/owners-model", body, token=who)
+            assert reply.code == 403, (method, reply.body)
+            assert "only the endpoints it created" in _error(reply)
+    reply = await server.fetch("GET", f"{endpoints}/owners-model", token="alice-token")
+    assert reply.code == 200 and json.loads(reply.body)["spec"]["health_path"] == "/"
+    # It lists the owner's, and manages the endpoints it created itself.
+    listed = await kernel.fetch("GET", endpoints, token=token)
+    assert listed.code == 200 and "owners-model" in listed.body.decode()
+    mine = {**request, "name": "kernels-model"}
+    assert (await kernel.fetch("POST", endpoints, mine, token=token)).code == 201
+    assert (await kernel.fetch("GET", f"{endpoints}/kernels-model", token=token)).code == 200
+    reply = await kernel.fetch("GET", f"{endpoints}/kernels-model", token=child_token)
+    assert reply.code == 403
+    assert (await kernel.fetch("DELETE", f"{endpoints}/kernels-model", token=token)).code == 200
+    assert (
+        await server.fetch("DELETE", f"{endpoints}/owners-model", token="alice-token")
+    ).code == 200
+    for key in (child, a):
+        await server.client("alice-token").destroy(key)

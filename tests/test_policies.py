@@ -55,6 +55,20 @@ def test_refusals_name_the_entry_that_refused() -> None:
     assert refusal is not None and "policies.users.dave.allowed_resource_groups" in refusal
 
 
+def test_a_default_pending_cap_holds_where_no_entry_sets_max_pending() -> None:
+    from bai_jupyter.manager.pool_config import POOL_OWNER
+
+    policies = Policies({"users": {"bob": {"max_pending": 100}}}, 50)
+    dave = policies.for_owner("dave", [])
+    assert dave.refuse("x", "default", 49) is None
+    refusal = dave.refuse("x", "default", 50)
+    assert refusal is not None and refusal.startswith("BaiSessionManager.default_max_pending:")
+    assert policies.for_owner("bob", []).refuse("x", "default", 99) is None  # his entry wins
+    assert Policies(CONFIG, 50).for_owner("dave", []).values["max_pending"] == 5
+    assert Policies({}, None).for_owner("dave", []).refuse("x", "default", 10**6) is None
+    assert policies.for_owner(POOL_OWNER, []).refuse("x", "default", 10**6) is None
+
+
 def test_scheduler_limits_fall_back_to_the_resource_groups() -> None:
     policies = Policies(CONFIG)
     group_own = OwnerPolicy(max_concurrent_sessions=9, max_resources=ResourceSlot({"cpu": 3}))

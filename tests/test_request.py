@@ -167,6 +167,42 @@ def test_errors_name_the_field(data: dict[str, Any], field: str, text: str) -> N
     assert isinstance(info.value, ValueError)
 
 
+def test_id_like_names_are_refused_in_new_requests_only() -> None:
+    """Records an older version stored still load (``bounded=False``)."""
+    for name in ("0123abcd", "f" * 32, "0" * 20):
+        with pytest.raises(SpecError, match=r"^name: looks like a session id"):
+            parse_spec({"name": name})
+        assert parse_spec({"name": name}, bounded=False).name == name
+    for name in ("0123abc", "f" * 33, "0123ABCD", "job-0123abcd"):
+        assert parse_spec({"name": name}).name == name
+
+
+def test_the_loaders_variables_are_refused_in_a_new_requests_env() -> None:
+    """They would load code into the runtime (root) before any of its own code runs."""
+    for key in ("LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"):
+        with pytest.raises(SpecError, match=f"^env.{key}: the dynamic loader"):
+            parse_spec({"env": {key: "/home/work/x.so"}})
+        with pytest.raises(SpecError, match=rf"^roles\[0\]\.env\.{key}: the dynamic loader"):
+            parse_spec({"roles": [{"name": "worker", "env": {key: "x"}}]})
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"env": {"PYTHONPATH": "/home/work/data"}},
+        {"service_ports": ["web:http:8080"]},
+        {"startup_command": "python3 -m http.server"},
+    ],
+)
+def test_a_system_session_takes_no_field_that_would_run_code(field: dict[str, Any]) -> None:
+    (name,) = field
+    with pytest.raises(SpecError, match=f"^{name}: not allowed when type is system"):
+        parse_spec({"type": "system", **field})
+    assert parse_spec({"type": "interactive", **field}) is not None
+    stored = parse_spec({"type": "system", **field}, bounded=False)  # an older record
+    assert stored.type is SessionType.SYSTEM
+
+
 def test_error_message_example_from_the_docs() -> None:
     with pytest.raises(SpecError, match=r"^cluster_size: must be an integer from 1 to 64, got 0$"):
         parse_spec({"cluster_size": 0})

@@ -134,7 +134,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
             return
         core = self.core
         core.groups = load_groups(self.resource_groups)
-        self.limits = Policies(self.policies)
+        self.limits = Policies(self.policies, self.default_max_pending)
         self.idle_settings = IdleSettings(self.resource_groups, self.limits)
         hang_limits(self.hang_timeout)  # a bad setting stops the start, with its message
         self.pools.pools = await asyncio.to_thread(parse_pools, list(self.warm_pools))

@@ -26,6 +26,10 @@ from .pool_config import POOL_OWNER
 __all__ = ["POLICY_KEYS", "OwnerLimits", "Policies"]
 
 
+#: Where a ``max_pending`` no policies entry sets comes from.
+_DEFAULT_PENDING = "BaiSessionManager.default_max_pending"
+
+
 def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidRequest(f"{where}: must be a whole number >= 0, got {value!r}")
@@ -123,9 +127,11 @@ class OwnerLimits:
             )
         most = self.values.get("max_pending")
         if most is not None and pending >= most:
+            source = self.sources["max_pending"]
+            where = source if source == _DEFAULT_PENDING else f"{source}.max_pending"
             return (
-                f"{self.sources['max_pending']}.max_pending: {pending} sessions are pending "
-                f"already, the most allowed is {most}; wait, or cancel one"
+                f"{where}: {pending} sessions are pending already, the most allowed is "
+                f"{most}; wait, or cancel one"
             )
         return None
 
@@ -133,7 +139,9 @@ class OwnerLimits:
 class Policies:
     """The configured policies, checked once; resolves any owner's limits."""
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], default_max_pending: int | None = None) -> None:
+        """``default_max_pending``: ``max_pending`` where no entry sets it (None: none)."""
+        self.default_max_pending = default_max_pending
         unknown = set(config) - {"default", "groups", "users"}
         if unknown:
             raise InvalidRequest(
@@ -178,4 +186,7 @@ class Policies:
                 sources[key] = "policies.groups." + ",".join(g for g, _ in given)
             elif key in self.default:
                 values[key], sources[key] = self.default[key], "policies.default"
+        if "max_pending" not in values and self.default_max_pending is not None:
+            values["max_pending"] = self.default_max_pending
+            sources["max_pending"] = _DEFAULT_PENDING
         return OwnerLimits(values, sources)

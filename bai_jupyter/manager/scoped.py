@@ -23,7 +23,7 @@ from collections.abc import (
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import Forbidden, InvalidRequest, NotFound
-from ..model import ExecResult, Session, Status
+from ..model import ExecResult, Session, SessionType, Status, reason_problem
 from ..request import SpecError, Template
 from .pool_config import POOL_OWNER
 
@@ -41,6 +41,16 @@ AdminCheck = Callable[[str], Awaitable[bool]]
 
 async def _nobody(action: str) -> bool:
     return False
+
+
+def _no_commands(session: Session, what: str) -> None:
+    """A system session serves SFTP only: the API runs no command and no service in it
+    (the manager's own probes go to its agent directly)."""
+    if session.spec.type is SessionType.SYSTEM:
+        raise Forbidden(
+            f"{what}: session {session.id} is a system (SFTP-only) session, which runs no "
+            "commands or services; reach its data folders over SFTP"
+        )
 
 
 class ScopedManager:
@@ -112,6 +122,10 @@ class ScopedManager:
         return await self._run(self.manager.list_sessions(owner, statuses))
 
     async def destroy(self, key: str, reason: str = "user-requested") -> Session:
+        problem = reason_problem(reason)
+        if problem is not None:  # it becomes status_info, shown everywhere
+            raise InvalidRequest(f"reason: {problem}")
+
         async def call() -> Session:
             session = await self._resolve(key, "write")
             return await self.manager.destroy(session.id, reason=reason)
@@ -144,6 +158,7 @@ class ScopedManager:
     ) -> ExecResult:
         async def call() -> ExecResult:
             session = await self._resolve(key, "write")
+            _no_commands(session, "exec")
             return await self.manager.exec(session.id, command, kernel, timeout=timeout)
 
         return await self._run(call())
@@ -157,6 +172,7 @@ class ScopedManager:
     async def add_service_port(self, key: str, service_port: str) -> Session:
         async def call() -> Session:
             session = await self._resolve(key, "write")
+            _no_commands(session, "service_port")
             return await self.manager.add_service_port(session.id, service_port)
 
         return await self._run(call())
@@ -233,7 +249,14 @@ class ScopedManager:
     async def create_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
         admin = bool(request.get("replica", {}).get("mounts")) and await self.is_admin("write")
         endpoints = self.manager.endpoints
-        return await self._run(endpoints.create(request, self.owner, self.groups, admin))
+
+        async def call() -> dict[str, Any]:
+            made = await endpoints.create(request, self.owner, self.groups, admin)
+            if self.parent is not None:  # a kernel token's: it may manage what it made
+                await self.manager.kernel_tokens.note_endpoint(made["id"], self.parent)
+            return made
+
+        return await self._run(call())
 
     async def list_endpoints(self, everyone: bool = False) -> list[dict[str, Any]]:
         owner = None if everyone and await self.is_admin("read") else self.owner

@@ -85,6 +85,15 @@ class ManagerSettings(HasTraits):
         "over a resource group's `idle`. A user's own entry wins, else the most generous of "
         "their groups', else default. Groups are a JupyterHub's (see docs/jupyterhub.md).",
     )
+    default_max_pending = Int(
+        50,
+        allow_none=True,
+        config=True,
+        help="The most PENDING sessions one owner may have where no policies entry sets "
+        "max_pending (a user's, their groups' or default's entry wins over this, higher or "
+        "lower); a create over it is refused with 403. None: no limit. The warm pools' "
+        "owner is exempt.",
+    )
     admin_host_paths = Bool(
         False,
         config=True,

@@ -30,6 +30,11 @@ def _child_key(session_id: str) -> str:
     return f"kernel-token-child:{session_id}"
 
 
+def _endpoint_key(endpoint_id: str) -> str:
+    """The store meta key naming the session whose kernel token created an endpoint."""
+    return f"kernel-token-endpoint:{endpoint_id}"
+
+
 def _revoked_key(session_id: str) -> str:
     """The store meta key holding when a session's kernel tokens were last revoked (ms)."""
     return f"kernel-tokens-revoked:{session_id}"
@@ -114,11 +119,32 @@ class KernelTokens:
         """``session_id`` was created with a kernel token of ``parent_id``: it may manage it."""
         await self.core.db(lambda tx: tx.set_meta(_child_key(session_id), parent_id))
 
-    async def is_child(self, key: str, owner: str, parent_id: str) -> bool:
-        """Was the session ``key`` (id or name, of ``owner``) created by ``parent_id``'s token?"""
+    async def note_endpoint(self, endpoint_id: str, parent_id: str) -> None:
+        """Endpoint ``endpoint_id`` was created with a kernel token of ``parent_id``."""
+        await self.core.db(lambda tx: tx.set_meta(_endpoint_key(endpoint_id), parent_id))
+
+    async def grants(self, key: str, session: Session) -> bool:
+        """Does ``session``'s token grant the session ``key``: its own, or one it created?
+
+        ``key`` is resolved exactly as the handlers resolve it (``get_session`` among the
+        owner's, by :func:`~bai_jupyter.model.is_id_key`), and the session it resolves to
+        is checked, so a name can never stand for another session's id."""
 
         def check(tx: Transaction) -> bool:
-            session = tx.get_session(key, owner)
-            return session is not None and tx.get_meta(_child_key(session.id)) == parent_id
+            found = tx.get_session(key, session.owner)
+            if found is None:
+                return False
+            return found.id == session.id or tx.get_meta(_child_key(found.id)) == session.id
+
+        return await self.core.query(check)
+
+    async def grants_endpoint(self, name: str, session: Session) -> bool:
+        """Does ``session``'s token grant endpoint ``name``: one of its owner's it created?"""
+
+        def check(tx: Transaction) -> bool:
+            found = tx.get_endpoint(name)
+            if found is None or found.owner != session.owner:
+                return False
+            return tx.get_meta(_endpoint_key(found.id)) == session.id
 
         return await self.core.query(check)

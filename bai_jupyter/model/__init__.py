@@ -1,11 +1,13 @@
 """Sessions, kernels and agents, and the one lifecycle table they follow.
 
-The states and their table (``status``), what a user asks for (``spec``) and the
+The states and their table (``status``), what a user asks for (``spec``), the
+rule reading a key as an id or a name (``keys``) and the
 records the store keeps (``records``) each have a module; every name is here too.
 """
 
 from __future__ import annotations
 
+from .keys import ID_KEY_RE, MAX_REASON, REASON_RE, is_id_key, reason_problem
 from .records import (
     Agent,
     ExecResult,
@@ -37,8 +39,11 @@ from .status import (
 )
 
 __all__ = [
+    "ID_KEY_RE",
     "MAIN_ROLE",
+    "MAX_REASON",
     "OCCUPYING",
+    "REASON_RE",
     "STARTING",
     "SUB_ROLE",
     "TERMINAL",
@@ -59,5 +64,7 @@ __all__ = [
     "check_transition",
     "cluster_hostnames",
     "derive_session_status",
+    "is_id_key",
     "new_id",
+    "reason_problem",
 ]

@@ -8,6 +8,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import Any, TypeVar
 
+from ..model import is_id_key
 from ..resources import KNOWN_SLOTS, ResourceError, ResourceSlot, SlotKind, parse_amount
 from ..runtime.protocol import SERVICE_PROTOCOLS, SSH_PORT, ServicePort
 from .bounds import (
@@ -97,6 +98,17 @@ def parse_name(value: Any, path: str) -> str:
             f"or digit, got {show(value)}",
         )
     return value
+
+
+def bound_name(value: Any, path: str) -> None:
+    """A new session's name never looks like an id (keys are read by that rule alone)."""
+    if is_id_key(value):
+        raise SpecError(
+            path,
+            f"looks like a session id (8 to 32 of 0-9a-f), and keys that look like ids are "
+            f"read as ids; pick a name with another character, e.g. 'job-{value[:8]}', "
+            f"got {show(value)}",
+        )
 
 
 def enum_parser(enum: type[_E]) -> Callable[[Any, str], _E]:
@@ -283,6 +295,14 @@ def parse_env(value: Any, path: str) -> dict[str, str]:
 
 
 def bound_env(value: Any, path: str) -> None:
+    for key in value:
+        if key.startswith("LD_"):  # read by the loader of every process, ours included
+            raise SpecError(
+                f"{path}.{key}",
+                "the dynamic loader's variables (LD_*) are not accepted: they would load "
+                "code into every process of the kernel, the runtime included; set them in "
+                "the image or in your own commands",
+            )
     if len(value) > MAX_ENV:
         raise SpecError(path, f"may set at most {MAX_ENV} variables, got {len(value)}")
     size = sum(len(key) + len(item or "") for key, item in value.items())

@@ -33,6 +33,7 @@ from .parsers import (
     bound_env,
     bound_image,
     bound_mounts,
+    bound_name,
     bound_resources,
     bound_service_ports,
     bound_text,
@@ -74,7 +75,12 @@ class SpecField:
 FIELDS: Mapping[str, SpecField] = MappingProxyType(
     {
         "image": SpecField(parse_image, "container image to run, e.g. 'python:3.12'", bound_image),
-        "name": SpecField(parse_name, "session name, unique per owner: 1-64 of [A-Za-z0-9._-]"),
+        "name": SpecField(
+            parse_name,
+            "session name, unique per owner: 1-64 of [A-Za-z0-9._-], not 8-32 of [0-9a-f] "
+            "alone (that reads as a session id)",
+            bound_name,
+        ),
         "type": SpecField(
             enum_parser(SessionType),
             f"session type: {', '.join(t.value for t in SessionType)}",
@@ -243,7 +249,26 @@ def parse_spec(data: Mapping[str, Any], bounded: bool = True) -> SessionSpec:
         raise SpecError(
             "cluster_size", f"a system (SFTP) session has one kernel, got {spec.cluster_size}"
         )
+    if bounded and spec.type is SessionType.SYSTEM:
+        _refuse_commands(spec)
     return spec
+
+
+#: What a system (SFTP-only) session cannot use: anything that would run code or a service
+#: (roles always add kernels, which ``cluster_size`` already refuses).
+_NOT_FOR_SYSTEM = ("env", "service_ports", "startup_command")
+
+
+def _refuse_commands(spec: SessionSpec) -> None:
+    """A system session runs no user code: refuse a field it would never use, or that
+    would run code in it (an ``env`` entry reaches its processes, running as root)."""
+    for name in _NOT_FOR_SYSTEM:
+        if getattr(spec, name):
+            raise SpecError(
+                name,
+                "not allowed when type is system: a system session serves SFTP only and "
+                "runs no code, services or commands (leave it out)",
+            )
 
 
 def validate_partial(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from http.client import responses
-from typing import Any, Protocol, cast
+from typing import Any, ClassVar, Protocol, cast
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
@@ -100,6 +100,10 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
     """Base of the REST handlers: errors as ``{"error", "message"}``, never a traceback."""
 
     auth_resource = SESSIONS
+    #: What the route's key (its first path argument) names: ``"session"`` (an id or a
+    #: name, by :func:`~bai_jupyter.model.is_id_key`) or ``"endpoint"`` (an endpoint's
+    #: name). A kernel token's scope checks the key as what it is, never by collision.
+    path_key: ClassVar[str] = "session"
 
     @property
     def app(self) -> Extension:

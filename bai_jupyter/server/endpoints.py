@@ -52,6 +52,8 @@ class EndpointsHandler(BaiHandler):
 class EndpointHandler(BaiHandler):
     """One endpoint: read it, change its settings (PATCH), delete it."""
 
+    path_key = "endpoint"
+
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:

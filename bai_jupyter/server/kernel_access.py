@@ -11,8 +11,10 @@ A token (``bai_jupyter.manager.tokens``) is checked against the store on every
 request: it works only while its session lives (not ended) and was not revoked,
 also across server restarts. It grants
 that one session (read, logs, execute, interrupt, restart, destroy), listing and
-(``BaiJupyterApp.kernel_tokens_create_sessions``) creating sessions of the same
-owner, and the owner's templates; never another session, never the admin resource.
+(``BaiJupyterApp.kernel_tokens_create_sessions``) creating sessions and endpoints of
+the same owner, the sessions and endpoints it created, and the owner's templates;
+never another session or endpoint, never the admin resource. A key in a route is
+resolved as the handler resolves it (``model.is_id_key``), then checked.
 """
 
 from __future__ import annotations
@@ -56,9 +58,11 @@ class _SessionIdentity(IdentityProvider):
 
 
 class _SessionScope(Authorizer):
-    """The token's own session and those it created; the owner's list, create, templates.
+    """The token's own session and the sessions and endpoints it created; the owner's
+    lists, create, templates.
 
-    Never another session (not even of the same owner), never the admin resource.
+    Never another session or endpoint (not even of the same owner), never the admin
+    resource; a handler whose key kind it does not know is refused.
     """
 
     def __init__(
@@ -75,9 +79,15 @@ class _SessionScope(Authorizer):
         if resource != SESSIONS or session is None:
             return False
         keys = list(handler.path_args or ()) or list(handler.path_kwargs.values())
-        if keys:  # a route about one session (by id or name)
-            own = keys[0] in (session.id, session.name)
-            if not own and not await self._tokens.is_child(keys[0], session.owner, session.id):
+        if keys:  # a route about one session or one endpoint: what its key resolves to
+            kind = getattr(handler, "path_key", None)
+            if kind == "endpoint":
+                if not await self._tokens.grants_endpoint(keys[0], session):
+                    raise Forbidden(
+                        f"a kernel token grants only the endpoints it created, not {keys[0]!r}"
+                    )
+                return True
+            if kind != "session" or not await self._tokens.grants(keys[0], session):
                 raise Forbidden(
                     f"a kernel token grants only its own session ({session.id}) "
                     "and the sessions it created"

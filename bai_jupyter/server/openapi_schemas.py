@@ -6,7 +6,7 @@ from typing import Any
 
 from ..endpoints import METRICS
 from ..endpoints.spec import MAX_REPLICAS
-from ..model import ClusterMode, SessionType, Status
+from ..model import ID_KEY_RE, ClusterMode, SessionType, Status
 from ..request import FIELDS, NAME_RE
 from ..request.bounds import (
     MAX_BATCH_TIMEOUT,
@@ -48,7 +48,11 @@ ERRORS = {
 NULLABLE_STRING = {"type": "string", "nullable": True}
 FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "image": NULLABLE_STRING,
-    "name": {"type": "string", "pattern": f"^{NAME_RE.pattern}$", "nullable": True},
+    "name": {  # never id-like: such a key reads as an id (model.is_id_key)
+        "type": "string",
+        "pattern": f"^(?!{ID_KEY_RE.pattern}$){NAME_RE.pattern}$",
+        "nullable": True,
+    },
     "type": {"type": "string", "enum": [t.value for t in SessionType], "nullable": True},
     "resources": {
         "type": "object",

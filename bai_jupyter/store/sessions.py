@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..model import HistoryEntry, Kernel, Session, SessionResult, Status
+from ..model import HistoryEntry, Kernel, Session, SessionResult, Status, is_id_key
 from ..request import parse_spec
 from ..resources import ResourceSlot
 from ..wire import kernel_from_json
@@ -66,12 +66,19 @@ class SessionRecords:
         ]
 
     def get_session(self, key: str, owner: str | None = None) -> Session | None:
-        """A session by id, or by name among ``owner``'s live sessions (then newest)."""
-        query = sa.select(sessions_table).where(sessions_table.c.id == key)
-        if owner is not None:
-            query = query.where(sessions_table.c.owner == owner)
-        rows = self.conn.execute(query).all()
-        if not rows and owner is not None:
+        """A session by id, or by name among ``owner``'s live sessions (then newest).
+
+        With an owner (a caller's key), which of the two ``key`` is follows
+        :func:`~bai_jupyter.model.is_id_key` alone: an id-like key is never read as a
+        name (a record of an older version named like an id is reached by its id
+        only), a name never as an id. Without one, ``key`` is an id (names need an owner)."""
+        rows: Sequence[Any] = []
+        if owner is None or is_id_key(key):
+            query = sa.select(sessions_table).where(sessions_table.c.id == key)
+            if owner is not None:
+                query = query.where(sessions_table.c.owner == owner)
+            rows = self.conn.execute(query).all()
+        elif owner is not None:
             rows = self.conn.execute(
                 sa.select(sessions_table)
                 .where(sessions_table.c.owner == owner, sessions_table.c.name == key)

@@ -188,7 +188,9 @@ class KernelContainers:
         mounts = [
             BindMount(m.target, m.source, type="bind", read_only=m.read_only) for m in plan.mounts
         ]
-        command = ["python3", RUNTIME_MOUNT]
+        # -I: the session's env (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME …) and the user's
+        # site never reach the runtime itself, which runs as root; its children get them.
+        command = ["python3", "-I", RUNTIME_MOUNT]
         if plan.work_dir:  # the notebook's folder, under its mount
             command += ["--work-dir", plan.work_dir]
         if settings.local:

@@ -159,6 +159,7 @@ class LocalAgent(AgentBackend):
         runtime = str(self.runtime_dir.resolve())
         argv = [
             self.python,
+            "-I",  # the runtime itself ignores the session's PYTHON* variables
             runtime,
             "--config-dir",
             str(kdir / "config"),
