@@ -8,7 +8,7 @@ import { confirmThen } from './dialog';
 import { button, Child, h } from './dom';
 import { LiveState } from './live';
 import { clusterHosts, label } from './text';
-import { ENDING_OR_ENDED, SessionJSON, Status } from './types';
+import { ACTIVE, ENDING_OR_ENDED, SessionJSON, Status } from './types';
 
 /** What the sidebar asks of the rest of the extension. */
 export interface SidebarActions {
@@ -41,7 +41,7 @@ export function sessionActions(
       )
     );
   }
-  if (session.status === Status.RUNNING && session.spec.type === 'interactive') {
+  if (ACTIVE.has(session.status) && session.spec.type === 'interactive') {
     buttons.push(
       button(
         'Interrupt',

@@ -8,6 +8,7 @@ import type { EndpointJSON } from './endpoints';
 import type { PoolJSON } from './pools';
 import { idleLines } from './text';
 import {
+  ACTIVE,
   attachSpecName,
   NOT_ENDED,
   Status,
@@ -130,7 +131,7 @@ export class BaiState {
   /** Whether some running session has an idle rule (its countdown needs redrawing). */
   counting(): boolean {
     return [...this.sessions.values()].some(
-      session => session.status === Status.RUNNING && Object.keys(session.idle ?? {}).length > 0
+      session => ACTIVE.has(session.status) && Object.keys(session.idle ?? {}).length > 0
     );
   }
 
