@@ -5,7 +5,9 @@
  * why a pool's request is refused.
  */
 import { Child, h, section } from './dom';
-import { AgentJSON, BaiState, resourcesText, usage } from './model';
+import { BaiState } from './store';
+import { resourcesText, usage } from './text';
+import { AgentJSON } from './types';
 import {
   agentKernelOwner,
   agentWarmText,

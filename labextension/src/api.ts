@@ -9,15 +9,15 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import type { EndpointJSON, EndpointUpdate } from './endpoints';
 import type { PoolJSON } from './pools';
-import {
-  pageUrlOf,
-  type AgentJSON,
-  type SchedulerJSON,
-  type SessionEvent,
-  type SessionJSON,
-  type SessionRequest,
-  type TemplateJSON
-} from './model';
+import { pageUrlOf } from './text';
+import type {
+  AgentJSON,
+  SchedulerJSON,
+  SessionEvent,
+  SessionJSON,
+  SessionRequest,
+  TemplateJSON
+} from './types';
 
 const API = 'bai/api/v1';
 

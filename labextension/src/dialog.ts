@@ -17,11 +17,9 @@ import {
   fieldOfMessage,
   FormField,
   FormValues,
-  messageText,
-  SessionJSON,
-  SessionRequest,
-  TemplateJSON
-} from './model';
+  messageText
+} from './form';
+import { SessionJSON, SessionRequest, TemplateJSON } from './types';
 
 const CHECK_DELAY_MS = 250;
 

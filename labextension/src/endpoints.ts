@@ -3,7 +3,7 @@
  * (`GET /bai/api/v1/endpoints`, docs/endpoints.md), their wording, and when the
  * live view should read them again. No DOM, no JupyterLab.
  */
-import { ageText, label } from './model';
+import { ageText, label } from './text';
 
 // --- the API's shapes -------------------------------------------------------------------------
 

@@ -14,9 +14,10 @@ import { newSessionDialog } from './dialog';
 import { baiIcon } from './icon';
 import { LiveState } from './live';
 import { logViewer } from './logs';
-import { label, SessionJSON } from './model';
 import { SessionsSidebar } from './sidebar';
 import { SessionStatus } from './statusbar';
+import { label } from './text';
+import { SessionJSON } from './types';
 
 const PLUGIN = 'bai-jupyter:plugin';
 
@@ -48,10 +49,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // Which notebook uses which Jupyter kernel, from JupyterLab's own sessions.
     const sessionsManager = app.serviceManager.sessions;
     const trackKernels = () => {
-      live.state.kernels = [...sessionsManager.running()]
-        .filter(model => model.kernel)
-        .map(model => ({ id: model.kernel!.id, spec: model.kernel!.name, path: model.path }));
-      live.state.changed();
+      live.state.setKernels(
+        [...sessionsManager.running()]
+          .filter(model => model.kernel)
+          .map(model => ({ id: model.kernel!.id, spec: model.kernel!.name, path: model.path }))
+      );
     };
     sessionsManager.runningChanged.connect(trackKernels);
     trackKernels();

@@ -12,8 +12,9 @@
  */
 import { ApiError, BaiClient } from './api';
 import { EndpointJSON, refreshDelay, replicaOf } from './endpoints';
-import { BaiState, SessionEvent } from './model';
 import { isWarmEvent, PoolJSON } from './pools';
+import { BaiState } from './store';
+import { SessionEvent, Status } from './types';
 
 export class LiveState {
   readonly state = new BaiState();
@@ -37,12 +38,11 @@ export class LiveState {
       {
         event: event => void this.onEvent(event),
         connected: () => {
-          this.state.offline = null;
+          this.state.setOffline(null, false); // the full read that follows tells the views
           void this.reload();
         },
         disconnected: reason => {
-          this.state.offline = reason;
-          this.state.changed();
+          this.state.setOffline(reason);
         }
       },
       this.abort.signal
@@ -80,8 +80,7 @@ export class LiveState {
         this.state.loadPools(pools);
       }
     } catch (error) {
-      this.state.offline = error instanceof ApiError ? error.message : String(error);
-      this.state.changed();
+      this.state.setOffline(error instanceof ApiError ? error.message : String(error));
     }
   }
 
@@ -150,7 +149,7 @@ export class LiveState {
     const folded = this.state.fold(event);
     // A pending session's event may be a scheduler pass's new why-pending record:
     // its place in the queue may have moved too.
-    if (folded.statusChanged || event.status === 'PENDING') {
+    if (folded.statusChanged || event.status === Status.PENDING) {
       this.refreshCluster();
     }
     if (folded.unknown && isWarmEvent(event) && !this.all) {

@@ -8,7 +8,8 @@ import { Widget } from '@lumino/widgets';
 
 import { h } from './dom';
 import { LiveState } from './live';
-import { clusterHosts, isEnded, label, resultText, SessionJSON } from './model';
+import { clusterHosts, label, resultText } from './text';
+import { isEnded, SessionJSON } from './types';
 
 /** How often a followed log is read again while its session runs. */
 const FOLLOW_MS = 1000;
@@ -19,7 +20,6 @@ class LogView extends Widget {
   private readonly pre: HTMLPreElement;
   private readonly status: HTMLElement;
   private readonly follow: HTMLInputElement;
-  private readonly unsubscribe: () => void;
 
   constructor(
     private readonly live: LiveState,
@@ -65,12 +65,12 @@ class LogView extends Widget {
       ),
       this.pre
     );
-    this.unsubscribe = live.state.onChange(() => this.showStatus());
+    live.state.changed.connect(this.showStatus, this);
     void this.read();
   }
 
   dispose(): void {
-    this.unsubscribe();
+    this.live.state.changed.disconnect(this.showStatus, this);
     if (this.timer !== null) {
       clearTimeout(this.timer);
     }

@@ -3,7 +3,8 @@
  * counts): interactive sessions started ahead of demand, owned by no user until a
  * matching launch claims one. No DOM, no JupyterLab: unit-tested on their own.
  */
-import { label, resourcesText, type AgentJSON, type Slots, type SpecJSON } from './model';
+import { label, resourcesText } from './text';
+import type { AgentJSON, Slots, SpecJSON } from './types';
 
 /** The owner of every unclaimed warm session: no user (a name no login can take). */
 export const POOL_OWNER = '(warm pool)';

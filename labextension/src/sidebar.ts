@@ -3,37 +3,26 @@
  * inference endpoints, the queue of each resource group, and the agents and warm
  * pools, redrawn from the live state on every change.
  */
-import { Clipboard } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { agentsSection } from './agentsSection';
-import { confirmThen } from './dialog';
 import { button, Child, h, redraw, section } from './dom';
 import { replicaOf } from './endpoints';
 import { endpointsSection } from './endpointsSection';
 import { LiveState } from './live';
+import { claimedFrom } from './pools';
+import { queueSections } from './queueSection';
+import { sessionActions, SidebarActions } from './sessionActions';
 import {
   ageText,
   clusterHosts,
-  isEnded,
   label,
-  queueOrder,
-  QueueEntry,
   resourcesText,
   resultText,
-  SessionJSON,
   statusTone,
   whyPending
-} from './model';
-import { claimedFrom, POOL_OWNER } from './pools';
-
-/** What the sidebar asks of the rest of the extension. */
-export interface SidebarActions {
-  newSession(): void;
-  showLogs(session: SessionJSON): void;
-  openNotebook(session: SessionJSON): void;
-  openNotebookPath(path: string): void;
-}
+} from './text';
+import { isEnded, SessionJSON, Status } from './types';
 
 export interface SidebarOptions {
   showEnded: boolean;
@@ -59,7 +48,7 @@ export class SessionsSidebar extends Widget {
     this.node.setAttribute('aria-label', 'bai sessions');
     this.body = h('div', { class: 'bai-Sidebar-body' });
     this.node.append(this.body);
-    live.state.onChange(() => this.schedule());
+    live.state.changed.connect(this.schedule, this);
     // Idle countdowns every 5 s while a session has idle rules; ages every 30 s.
     this.ticker = setInterval(() => {
       this.ticks += 1;
@@ -117,7 +106,7 @@ export class SessionsSidebar extends Widget {
         this.header(),
         this.sessionsSection(),
         ...(endpoints ? [endpoints] : []),
-        ...this.queueSections(),
+        ...queueSections(this.live.state),
         agentsSection(this.live.state)
       ];
     });
@@ -230,7 +219,7 @@ export class SessionsSidebar extends Widget {
         )
       );
     }
-    if (session.status === 'PENDING') {
+    if (session.status === Status.PENDING) {
       const where = place ? `Queued #${place.position} of ${place.of}` : 'Queued';
       lines.push(
         h(
@@ -295,7 +284,7 @@ export class SessionsSidebar extends Widget {
         )
       );
     }
-    lines.push(this.actionsOf(session, name));
+    lines.push(sessionActions(session, name, this.live, this.actions));
     const classes = ['bai-Session', this.highlighted === session.id ? 'bai-mod-highlighted' : ''];
     return h(
       'li',
@@ -338,115 +327,6 @@ export class SessionsSidebar extends Widget {
           )
         : text,
       path ? ` (${what})` : null
-    );
-  }
-
-  private actionsOf(session: SessionJSON, name: string): HTMLElement {
-    const client = this.live.client;
-    const ended = isEnded(session.status) || session.status === 'TERMINATING';
-    const id = session.id;
-    const buttons: Child[] = [];
-    if (!ended) {
-      const verb = session.status === 'PENDING' ? 'Cancel' : 'Terminate';
-      buttons.push(
-        button(
-          verb,
-          `${verb} session ${name}`,
-          `end-${id}`,
-          () => void this.end(session, verb),
-          'bai-mod-warn'
-        )
-      );
-    }
-    if (session.status === 'RUNNING' && session.spec.type === 'interactive') {
-      buttons.push(
-        button(
-          'Interrupt',
-          `Interrupt what main1 of ${name} runs`,
-          `int-${id}`,
-          () =>
-            void confirmThen(
-              `Interrupt ${name}?`,
-              'What its main1 kernel runs now stops (SIGINT).',
-              'Interrupt',
-              () => client.interrupt(id)
-            )
-        ),
-        button('Open notebook', `Open a notebook on session ${name}`, `nb-${id}`, () =>
-          this.actions.openNotebook(session)
-        )
-      );
-    }
-    buttons.push(
-      button('Logs', `Show the logs of ${name}`, `logs-${id}`, () =>
-        this.actions.showLogs(session)
-      ),
-      button('Copy id', `Copy the id of ${name}`, `copy-${id}`, () => Clipboard.copyToSystem(id))
-    );
-    return h('div', { class: 'bai-Actions' }, ...buttons);
-  }
-
-  private async end(session: SessionJSON, verb: string): Promise<void> {
-    const name = label(session);
-    const what =
-      verb === 'Cancel'
-        ? `${name} leaves the queue and never starts.`
-        : `Its kernels (${clusterHosts(session)}) stop and their containers are removed.`;
-    // Not "Cancel" twice: the button that does nothing says what it keeps.
-    const keep = verb === 'Cancel' ? 'Keep waiting' : undefined;
-    await confirmThen(
-      `${verb} session ${name}?`,
-      what,
-      verb,
-      async () => {
-        await this.live.client.destroy(session.id);
-        await this.live.refresh(session.id);
-      },
-      keep
-    );
-  }
-
-  private queueSections(): HTMLElement[] {
-    const scheduler = this.live.state.scheduler;
-    const names = this.live.state.names();
-    return Object.entries(scheduler?.resource_groups ?? {}).map(([group, info]) => {
-      const queue = queueOrder(scheduler, group);
-      const content = queue.length
-        ? h(
-            'ol',
-            { class: 'bai-Queue', attrs: { 'aria-label': `Queue of resource group ${group}` } },
-            ...queue.map(entry => this.queueEntry(entry, names))
-          )
-        : h('p', { class: 'bai-Empty' }, 'Nobody waits.');
-      const title = `Queue · ${group} (${info.sequencer}, ${queue.length} pending)`;
-      return section(title, `queue-${group}`, content);
-    });
-  }
-
-  private queueEntry(entry: QueueEntry, names: Map<string, string>): HTMLElement {
-    if (!entry.session_id) {
-      return h(
-        'li',
-        { class: 'bai-QueueEntry bai-mod-other' },
-        `#${entry.position} another user’s session`
-      );
-    }
-    const why = whyPending(
-      { status: 'PENDING', status_data: { scheduler: entry.scheduler } },
-      names
-    );
-    // A warm session waiting for room is the pool's, not a user's: its owner says so.
-    const who = entry.mine ? '' : entry.owner === POOL_OWNER ? ' (warm pool)' : ` (${entry.owner})`;
-    return h(
-      'li',
-      {
-        class: `bai-QueueEntry${entry.mine ? ' bai-mod-mine' : ''}`,
-        attrs: { 'data-session-id': entry.session_id }
-      },
-      h('strong', {}, `#${entry.position} ${label({ id: entry.session_id, name: entry.name })}`),
-      who,
-      ` · ${entry.cluster_size ?? 1} × ${resourcesText(entry.resources)}`,
-      why ? h('div', { class: 'bai-QueueWhy' }, why) : null
     );
   }
 }

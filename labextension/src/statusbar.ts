@@ -9,7 +9,8 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import { LiveState } from './live';
-import { label, SessionJSON, whyPending } from './model';
+import { label, whyPending } from './text';
+import { SessionJSON, Status } from './types';
 
 export class SessionStatus extends Widget {
   private session: SessionJSON | undefined;
@@ -31,7 +32,7 @@ export class SessionStatus extends Widget {
         this.open();
       }
     });
-    live.state.onChange(() => this.update());
+    live.state.changed.connect(this.update, this);
     tracker.currentChanged.connect(() => this.update());
     tracker.widgetAdded.connect((_, panel) => {
       panel.sessionContext.kernelChanged.connect(() => this.update());
@@ -88,7 +89,7 @@ export class SessionStatus extends Widget {
     const size = session.spec.cluster_size;
     let text: string;
     let title: string;
-    if (session.status === 'PENDING') {
+    if (session.status === Status.PENDING) {
       const place = this.live.state.position(session.id);
       const why = whyPending(session, this.live.state.names());
       text = `bai: queued${place ? ` #${place.position}` : ''}${why ? ` — ${why}` : ''}`;

@@ -20,7 +20,7 @@ import {
   targetText,
   UNSTEADY_MS
 } from '../src/endpoints';
-import { BaiState } from '../src/model';
+import { BaiState } from '../src/store';
 
 const A = 'a'.repeat(32);
 const B = 'b'.repeat(32);
@@ -250,7 +250,7 @@ describe('the state keeps the endpoints', () => {
   it('by name, a changed one replacing what it had, and tells the views', () => {
     const state = new BaiState();
     let changes = 0;
-    state.onChange(() => changes++);
+    state.changed.connect(() => changes++);
     state.loadEndpoints([endpoint({ name: 'zeta' }), endpoint({ name: 'echo' })]);
     expect(state.endpoints.map(e => e.name)).toEqual(['echo', 'zeta']);
     state.loadEndpoint(endpoint({ name: 'echo', desired: 3 }));

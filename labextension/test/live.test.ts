@@ -7,7 +7,7 @@
 import { ApiError, type BaiClient, type EventHandlers } from '../src/api';
 import { EndpointJSON, UNSTEADY_MS } from '../src/endpoints';
 import { LiveState } from '../src/live';
-import { SessionEvent, SessionJSON } from '../src/model';
+import { SessionEvent, SessionJSON } from '../src/types';
 import { POOL_OWNER, PoolJSON } from '../src/pools';
 
 const REPLICA = 'r'.repeat(32);

@@ -3,7 +3,6 @@
  * counts and why it is refused; an agent's warm sessions by pool, and its warm kernels
  * shown as the pool's. The records are shaped like the server's replies (docs/api.md).
  */
-import { AgentJSON, BaiState } from '../src/model';
 import {
   agentKernelOwner,
   agentWarmCount,
@@ -24,6 +23,8 @@ import {
   poolSummary,
   poolTone
 } from '../src/pools';
+import { BaiState } from '../src/store';
+import { AgentJSON } from '../src/types';
 
 const MIB = 1024 ** 2;
 
@@ -187,7 +188,7 @@ describe('agents and their warm sessions', () => {
   it('keeps the pools in the state and tells its views', () => {
     const state = new BaiState();
     let changes = 0;
-    state.onChange(() => changes++);
+    state.changed.connect(() => changes++);
     state.loadPools([pool()]);
     expect(state.pools.map(p => p.name)).toEqual(['python']);
     expect(changes).toBe(1);

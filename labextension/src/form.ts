@@ -1,0 +1,173 @@
+/**
+ * The new-session form: its fields and values, the request they make, and which
+ * field a server message is about. Pure functions; the dialog draws them.
+ */
+import type { SessionRequest, Slots } from './types';
+
+/** The dialog's fields a server message can be about. */
+export const FORM_FIELDS = [
+  'template',
+  'name',
+  'image',
+  'type',
+  'cluster_size',
+  'cluster_mode',
+  'resources',
+  'mounts',
+  'env',
+  'startup_command',
+  'batch_timeout',
+  'depends_on',
+  'priority',
+  'resource_group'
+] as const;
+
+export type FormField = (typeof FORM_FIELDS)[number] | 'form';
+
+/**
+ * The field a server error is about. Messages start with the field's path
+ * (`resources.cpu: …`, `mounts: …`); a whole-request problem (it can never fit
+ * the agents) belongs to the resources; anything else to the form as a whole.
+ */
+export function fieldOfMessage(message: string): FormField {
+  const head = /^([a-z_]+)(?:[.[][^:\s]*)?:/.exec(message);
+  if (head && (FORM_FIELDS as readonly string[]).includes(head[1])) {
+    return head[1] as FormField;
+  }
+  if (/^resource group '[^']*': /.test(message)) {
+    return 'resources';
+  }
+  if (/live session named/.test(message)) {
+    return 'name';
+  }
+  if (/^no template named/.test(message)) {
+    return 'template';
+  }
+  return 'form';
+}
+
+/** The message without the field path the form already shows next to it. */
+export function messageText(message: string): string {
+  return message.replace(/^[a-z_]+(?:[.[][^:\s]*)?:\s*/, '');
+}
+
+/** The dialog's inputs as text, as the user typed them. */
+export interface FormValues {
+  template: string;
+  name: string;
+  image: string;
+  type: string;
+  cluster_size: string;
+  cluster_mode: string;
+  cpu: string;
+  mem: string;
+  gpu: string;
+  mounts: string;
+  env: string;
+  startup_command: string;
+  batch_timeout: string;
+  depends_on: string;
+  priority: string;
+}
+
+export const EMPTY_FORM: FormValues = {
+  template: '',
+  name: '',
+  image: '',
+  type: 'interactive',
+  cluster_size: '1',
+  cluster_mode: 'single-node',
+  cpu: '',
+  mem: '',
+  gpu: '',
+  mounts: '',
+  env: '',
+  startup_command: '',
+  batch_timeout: '',
+  depends_on: '',
+  priority: ''
+};
+
+function list(text: string): string[] {
+  return text
+    .split(/[,\n]/)
+    .map(item => item.trim())
+    .filter(Boolean);
+}
+
+/**
+ * The create request of a filled-in form: only what the user set, so the template
+ * and the server's defaults fill the rest. What cannot even be sent (an `env` line
+ * without `=`, a count that is not a number) comes back in `problems` by field;
+ * everything else is the server's to judge.
+ */
+export function buildRequest(form: FormValues): {
+  request: SessionRequest;
+  problems: Partial<Record<FormField, string>>;
+} {
+  const request: SessionRequest = { type: form.type };
+  const problems: Partial<Record<FormField, string>> = {};
+  if (form.template.trim()) {
+    request.template = form.template.trim();
+  }
+  const system = form.type === 'system'; // one kernel: its cluster rows are hidden
+  for (const key of ['name', 'image', 'cluster_mode'] as const) {
+    if (form[key].trim() && !(system && key === 'cluster_mode')) {
+      request[key] = form[key].trim();
+    }
+  }
+  for (const key of ['cluster_size', 'priority', 'batch_timeout'] as const) {
+    const text = form[key].trim();
+    if (!text) {
+      continue;
+    }
+    const value = Number(text);
+    if (!Number.isFinite(value)) {
+      problems[key] = `must be a number, got ${JSON.stringify(text)}`;
+    } else if (system && key === 'cluster_size') {
+      continue;
+    } else if (key !== 'batch_timeout' || form.type === 'batch') {
+      request[key] = value;
+    }
+  }
+  const resources: Slots = {};
+  for (const [slot, text] of [
+    ['cpu', form.cpu],
+    ['mem', form.mem],
+    ['cuda.device', form.gpu]
+  ]) {
+    if (text.trim()) {
+      resources[slot] = text.trim();
+    }
+  }
+  if (Object.keys(resources).length) {
+    request.resources = resources;
+  }
+  const mounts = list(form.mounts);
+  if (mounts.length) {
+    request.mounts = mounts;
+  }
+  const env: Record<string, string> = {};
+  form.env.split('\n').forEach((line, index) => {
+    if (!line.trim()) {
+      return;
+    }
+    const eq = line.indexOf('=');
+    if (eq <= 0) {
+      problems.env = `line ${index + 1}: write NAME=value, got ${JSON.stringify(line.trim())}`;
+      return;
+    }
+    env[line.slice(0, eq).trim()] = line.slice(eq + 1);
+  });
+  if (Object.keys(env).length) {
+    request.env = env;
+  }
+  if (form.type === 'batch' && form.startup_command.trim()) {
+    request.startup_command = form.startup_command.trim();
+  }
+  const depends = list(form.depends_on);
+  if (depends.length) {
+    request.depends_on = depends;
+  }
+  return { request, problems };
+}
