@@ -10,6 +10,7 @@ spread over several agents (the Swarm, images, host files) the ``multinode`` one
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -21,15 +22,15 @@ from jupyter_core.paths import jupyter_runtime_dir
 from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
 from ...model import ExecResult, KernelRole
 from ...resources import ResourceSlot
-from ..base import AgentBackend, AgentError, KernelStarted, LiveKernel
+from ..base import AgentError, KernelStarted, LiveKernel
 from .bootstrap import precompile_runtime
 from .containers import KernelContainers, is_main
 from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_socket
 from .firewall import HostFirewall
+from .host_access import DockerHostAccess
 from .images import EngineImages
 from .multinode import DockerMultiNode
-from .networks import EGRESS_NETWORK, Networks, network_name
-from .options import DockerOptions
+from .networks import Networks, network_name
 from .output import follow_output
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
@@ -37,7 +38,7 @@ from .watcher import EventWatcher, Removals
 __all__ = ["DockerAgent"]
 
 
-class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
+class DockerAgent(DockerHostAccess, DockerMultiNode):
     """One Docker engine (local socket or remote endpoint) as an agent.
 
     ``endpoint``, ``publish_ports`` and ``address`` are read when the agent is made."""
@@ -60,6 +61,15 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
             if self.publish_ports is not None
             else bool(self.address) or not (self.local and sys.platform.startswith("linux"))
         )
+        if self.publish and self.firewalled and os.geteuid() == 0:
+            # Every local user reaches a port published on loopback (through the engine's
+            # proxy, as root): with the host firewall, main1 is reached on its bridge only.
+            self.log.warning(
+                "agent %s: publish_ports ignored: the host firewall keeps kernels' ports from "
+                "other local users, which ports published on 127.0.0.1 are not",
+                self.id,
+            )
+            self.publish = False
         #: Where published ports listen (and the manager connects).
         self.publish_ip = self.address or "127.0.0.1"
         #: Where the bootstrap files of a local engine's kernels live until destroy.
@@ -120,22 +130,6 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
             socket_path or "/var/run/docker.sock",
         ]
 
-    async def allow_host_ports(self, ports: list[int]) -> None:
-        """Block this engine's kernels from the host except ``ports`` (kernel access); see
-        :mod:`.firewall`. Without root or iptables a warning says the host is reachable."""
-        on_host = self.local and not self.address  # its bridges are this host's interfaces
-        if not (self.host_firewall and on_host and sys.platform.startswith("linux")):
-            return
-        egress = await self.networks.egress_interface()
-        error = await self._firewall.allow(egress, sorted(set(ports)))
-        if error:
-            self.log.warning(
-                "agent %s: no host firewall (%s): kernels can reach every host service "
-                "listening on 0.0.0.0",
-                self.id,
-                error,
-            )
-
     def late_port(self, port: int) -> int | None:
         """Reached at main1's own address: any port works. Published: Docker cannot add one."""
         return None if self.publish else port
@@ -155,7 +149,11 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
             await asyncio.to_thread(precompile_runtime, Path(self.runtime_dir))
         async with self._lock(session_id):
             try:
-                return await self._start(api, session_id, plans)
+                started = await self._start(api, session_id, plans)
+                for plan, kernel in zip(plans, started):
+                    if is_main(plan):
+                        await self._let_owner(session_id, plan.labels, kernel.container_id)
+                return started
             except BaseException as exc:
                 # Cancelled or failed: nothing of the session may stay behind.
                 try:
@@ -175,14 +173,13 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
         # Spread over several agents: the manager made the session's overlay. Else a session
         # of one kernel has nobody to talk to privately: no session network.
         overlay = plans[0].network if plans else None
-        net = overlay or (EGRESS_NETWORK if len(plans) == 1 else network_name(session_id))
+        egress = self.networks.egress_name
+        net = overlay or (egress if len(plans) == 1 else network_name(session_id))
         # Made while main1 is created on the egress bridge; sub kernels wait for it.
         net_ready = (
-            None
-            if overlay or net == EGRESS_NETWORK
-            else self.networks.session_network(api, session_id)
+            None if overlay or net == egress else self.networks.session_network(api, session_id)
         )
-        if net == EGRESS_NETWORK or any(map(is_main, plans)):
+        if net == egress or any(map(is_main, plans)):
             await self.networks.ensure_egress(api)
         try:
             created = await gather_all(
@@ -218,6 +215,7 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
         manager can tell its own removal from a kill from outside."""
         self._removals.mark(session_id)
         await self.containers.remove_session(api, session_id)
+        await self._firewall.forget(session_id)
         await self.networks.remove_session(api, session_id)
         # The bootstrap files (they hold the session's keys) go with the kernels.
         await asyncio.to_thread(shutil.rmtree, self.bootstrap_root / session_id, True)
