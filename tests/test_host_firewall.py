@@ -268,3 +268,39 @@ async def test_only_the_manager_and_the_owner_reach_a_kernels_ports(
         subprocess.run, ["iptables", "-w", "-S", OUTPUT_CHAIN], capture_output=True, text=True
     )
     assert session.id[:12] not in rules.stdout  # the owner's rule went with the session
+
+
+async def test_an_image_of_an_unlisted_registry_is_refused_before_any_engine_contacts_it(
+    server: Server,
+) -> None:
+    """The engine would otherwise connect to the named host (TLS hello, GET /v2/) first."""
+    seen: list[object] = []
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+
+    def record() -> None:
+        while True:
+            try:
+                conn, peer = sock.accept()
+            except OSError:
+                return
+            seen.append(peer)
+            conn.close()
+
+    threading.Thread(target=record, daemon=True).start()
+    try:
+        reply = await server.fetch(
+            "POST",
+            "bai/api/v1/sessions",
+            {"image": f"127.0.0.1:{port}/evil:1"},
+            token="alice-token",
+        )
+        assert reply.code == 400, reply.body
+        await asyncio.sleep(1)
+        assert seen == [], "the engine connected to the image's registry"
+        error = json.loads(reply.body)
+        assert error["error"] == "invalid-request" and "registries" in error["message"], error
+    finally:
+        sock.close()

@@ -46,6 +46,9 @@ class Settings(Protocol):
     @property
     def default_image(self) -> str: ...
 
+    @property
+    def registries(self) -> list[str]: ...
+
 
 @dataclass
 class GroupScheduler:
