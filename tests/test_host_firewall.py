@@ -304,3 +304,33 @@ async def test_an_image_of_an_unlisted_registry_is_refused_before_any_engine_con
         assert error["error"] == "invalid-request" and "registries" in error["message"], error
     finally:
         sock.close()
+
+
+async def test_the_owners_access_to_main1_comes_back_after_a_server_restart(
+    tmp_path: Path, local_users: tuple[str, str]
+) -> None:
+    """A stopped manager takes its rules with it; started again, it lets the owners of the
+    kernels still running reach them again (and still no one else)."""
+    owner, other = local_users
+    config = MULTI_USER + 'c.BaiSessionManager.backend = "docker"\n'
+    srv = await asyncio.to_thread(start_server, tmp_path, config)
+    client = srv.client(f"{owner}-token")
+    session = await client.create({"resources": {"cpu": "0.5", "mem": "256m"}})
+    try:
+        ready = await client.wait_for(session.id, {Status.RUNNING}, timeout=120)
+        assert ready.status is Status.RUNNING, ready.status_data
+        host, port = (
+            str(ready.kernels[0].info["host"]),
+            int(ready.kernels[0].info["ports"]["shell"]),
+        )
+        await asyncio.to_thread(srv.stop)
+        srv = await asyncio.to_thread(start_server, tmp_path, config)
+        client = srv.client(f"{owner}-token")
+        assert (await client.get(session.id)).status is Status.RUNNING
+        reached = {
+            user: await asyncio.to_thread(_connect_as, user, host, port) for user in (owner, other)
+        }
+        assert reached == {owner: "connected", other: "ConnectionRefusedError"}, reached
+    finally:
+        await client.destroy(session.id)
+        await asyncio.to_thread(srv.stop)
