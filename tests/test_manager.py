@@ -290,8 +290,7 @@ async def test_ssh_isolation_limits_and_cleanup(
     main = (await manager.get(sid)).kernels[0]
     networks = docker_engine.containers.get(main.container_id).attrs["NetworkSettings"]
     addresses = {name: net["IPAddress"] for name, net in networks["Networks"].items()}
-    (egress,) = [name for name in addresses if name.startswith(EGRESS_NETWORK)]  # the store's
-    outside = addresses.pop(egress)
+    outside = addresses.pop(EGRESS_NETWORK)
     (inside,) = addresses.values()
     probe = (
         'python3 -c "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], 2300), 2)'

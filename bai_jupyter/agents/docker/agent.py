@@ -30,7 +30,7 @@ from .firewall import HostFirewall
 from .host_access import DockerHostAccess
 from .images import EngineImages
 from .multinode import DockerMultiNode
-from .networks import Networks, network_name
+from .networks import EGRESS_NETWORK, Networks, network_name
 from .output import follow_output
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
@@ -152,7 +152,7 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
                 started = await self._start(api, session_id, plans)
                 for plan, kernel in zip(plans, started):
                     if is_main(plan):
-                        await self._let_owner(session_id, plan.labels, kernel.container_id)
+                        await self._let_in(session_id, plan.labels, kernel.container_id)
                 return started
             except BaseException as exc:
                 # Cancelled or failed: nothing of the session may stay behind.
@@ -173,13 +173,14 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
         # Spread over several agents: the manager made the session's overlay. Else a session
         # of one kernel has nobody to talk to privately: no session network.
         overlay = plans[0].network if plans else None
-        egress = self.networks.egress_name
-        net = overlay or (egress if len(plans) == 1 else network_name(session_id))
+        net = overlay or (EGRESS_NETWORK if len(plans) == 1 else network_name(session_id))
         # Made while main1 is created on the egress bridge; sub kernels wait for it.
         net_ready = (
-            None if overlay or net == egress else self.networks.session_network(api, session_id)
+            None
+            if overlay or net == EGRESS_NETWORK
+            else self.networks.session_network(api, session_id)
         )
-        if net == egress or any(map(is_main, plans)):
+        if net == EGRESS_NETWORK or any(map(is_main, plans)):
             await self.networks.ensure_egress(api)
         try:
             created = await gather_all(

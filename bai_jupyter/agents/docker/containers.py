@@ -35,6 +35,7 @@ from ..base import (
 )
 from .bootstrap import bootstrap_archive, write_bootstrap
 from .engine import BindMount, Engine, explain, gather_all
+from .networks import EGRESS_NETWORK
 
 __all__ = ["KEPT_CAPABILITIES", "ContainerSettings", "KernelContainers", "kernel_limits"]
 
@@ -126,8 +127,6 @@ class ContainerSettings(Protocol):
     @property
     def publish_ip(self) -> str: ...
     @property
-    def egress_name(self) -> str: ...
-    @property
     def runtime_dir(self) -> Path: ...
     @property
     def bootstrap_root(self) -> Path: ...
@@ -206,12 +205,12 @@ class KernelContainers:
             mounts.append(
                 BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), type="bind", read_only=True)
             )
-        first_net = settings.egress_name if publish or public else net
+        first_net = EGRESS_NETWORK if publish or public else net
         limits = kernel_limits(plan, settings.pids_limit)
         disk = await self._disk_option(api, plan.image)
         # No alias on the shared bridge: "main1" must resolve only inside its session.
         endpoint = api.create_endpoint_config(
-            aliases=None if first_net == settings.egress_name else [plan.hostname]
+            aliases=None if first_net == EGRESS_NETWORK else [plan.hostname]
         )
         what = f"cannot create kernel {plan.hostname} of session {session_id}"
         if first_net == net and net_ready is not None:
@@ -320,7 +319,7 @@ class KernelContainers:
             f"cannot inspect kernel {plan.hostname}", api.inspect_container, cid
         )
         published: dict[str, Any] = info["NetworkSettings"]["Ports"] or {}
-        address = info["NetworkSettings"]["Networks"][self.settings.egress_name]["IPAddress"]
+        address = info["NetworkSettings"]["Networks"][EGRESS_NETWORK]["IPAddress"]
         publish = self.settings.publish
 
         def host_port(port: int) -> int:

@@ -1,21 +1,24 @@
 """The host firewall: kernels reach only their own manager's listener; only that manager's
-user (and root) reaches kernels.
+user, root and a session's owner reach kernels.
 
 Two chains, shared by every manager of this host, each manager's rules tagged with a
-comment of its own (pid, store, agent) so that one manager's start and stop never add
-or remove another's:
+comment of its own (pid, store, agent; a session's rules add ``:s:<session>``), so that
+one manager's start and stop never add or remove another's:
 
-* :data:`FIREWALL_CHAIN` (from INPUT, for traffic from kernels' bridges, ``bai+`` and
-  the legacy shared egress bridge): new connections are rejected except, per manager,
-  from its own egress bridge to its kernel-access listener's address and port. Each
-  deployment (store) has its own egress bridge, so one deployment's kernels cannot open
-  another's listener.
+* :data:`FIREWALL_CHAIN` (from INPUT, for traffic from the egress bridge and the
+  session bridges ``bai+``): new connections are rejected except, per running session,
+  from its main1's address to its own manager's kernel-access listener (address and
+  port). Kernels of several deployments share the egress bridge; their addresses tell
+  them apart, so one deployment's kernels cannot open another's listener.
 * :data:`OUTPUT_CHAIN` (from OUTPUT, for traffic to those bridges): new connections
   from a local process are rejected unless it runs as root (the engine and its port
-  proxy) or, per manager, as the manager's user towards its own egress bridge; so other
-  local users (a JupyterHub user's terminal) cannot reach kernels' ports.
+  proxy), as a manager's user, or as the local user named like a session's owner, to
+  that session's main1 (a Hub user's own server); so other local users (a JupyterHub
+  user's terminal) cannot reach kernels' ports.
 
-The last manager out removes both chains. Needs iptables and root.
+A session's rules are added when its main1 has started (its address is known then) and
+removed with it; a manager started again adds those of its running kernels. The last
+manager out of a chain removes it. Needs iptables and root.
 """
 
 from __future__ import annotations
@@ -100,9 +103,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _drop_stale(tag: str) -> bool:
-    """Delete ``tag``'s rules and those of dead processes; whether any manager's remain."""
-    others = False
+def _drop_stale(tag: str) -> set[str]:
+    """Delete ``tag``'s rules and those of dead processes; the chains where other managers'
+    remain (one of an older release has rules in the INPUT chain only)."""
+    others: set[str] = set()
     for chain in _HOOKS:
         for line in _rules(chain):
             found = _FIREWALL_TAG.search(line)
@@ -113,17 +117,14 @@ def _drop_stale(tag: str) -> bool:
             if mine or not _pid_alive(int(found.group(1))):
                 _iptables("-D", *shlex.split(line)[1:], check=False)
             else:
-                others = True
+                others.add(chain)
     return others
 
 
-def firewall_install(
-    tag: str, egress: str, listeners: Sequence[tuple[str, int]], uid: int, legacy: str = ""
-) -> None:
-    """This manager's rules: its kernels (on bridge ``egress``) reach its ``listeners``
-    (address, port), and only user ``uid`` (and root) opens connections to them.
-
-    ``legacy``: the interface of a shared egress bridge not named ``bai…`` to hook too."""
+def firewall_install(tag: str, egress: str, uid: int) -> None:
+    """The chains, their jumps from the kernels' bridges (``egress`` and ``bai+``), and this
+    manager's own rules: a marker (matches nothing; keeps the chain) and its user ``uid``
+    reaching kernels. Its sessions' earlier rules go (:func:`firewall_let` adds them)."""
     comment = ("-m", "comment", "--comment", tag)
     with _firewall_locked():
         for chain, tail in _TAILS.items():
@@ -134,42 +135,57 @@ def firewall_install(
                     _iptables("-A", chain, *rule)
         _drop_stale(tag)
         _iptables("-I", FIREWALL_CHAIN, "1", "-s", "255.255.255.255/32", *comment, "-j", "RETURN")
-        for address, port in listeners:
-            allow = ("-i", egress, "-d", f"{address}/32", "-p", "tcp", "--dport", str(port))
-            _iptables("-I", FIREWALL_CHAIN, "1", *allow, *comment, "-j", "RETURN")
-        own = ("-o", egress, "-m", "owner", "--uid-owner", str(uid))
+        own = ("-m", "owner", "--uid-owner", str(uid))
         _iptables("-I", OUTPUT_CHAIN, "1", *own, *comment, "-j", "RETURN")
         for chain, (hook, direction) in _HOOKS.items():
-            for iface in {f"{BRIDGE_PREFIX}+", legacy} - {""}:
+            for iface in (egress, f"{BRIDGE_PREFIX}+"):
                 jump = (direction, iface, "-j", chain)
                 if _iptables("-C", hook, *jump, check=False) != 0:
                     _iptables("-I", hook, "1", *jump)
 
 
-def firewall_let_user(tag: str, session: str, egress: str, address: str, uid: int) -> None:
-    """User ``uid`` may open connections to ``address`` (a session's main1) on ``egress``."""
+def firewall_let(
+    tag: str,
+    session: str,
+    egress: str,
+    address: str,
+    listeners: Sequence[tuple[str, int]],
+    uid: int | None,
+) -> None:
+    """A session's main1 at ``address`` on ``egress`` reaches the ``listeners`` (address,
+    port); local user ``uid`` (its owner; None: nobody more) may connect to it."""
     comment = ("-m", "comment", "--comment", f"{tag}:s:{session[:12]}")
-    rule = ("-o", egress, "-d", f"{address}/32", "-m", "owner", "--uid-owner", str(uid))
+    source = ("-i", egress, "-s", f"{address}/32")
+    rules: list[tuple[str, ...]] = [
+        (FIREWALL_CHAIN, *source, "-d", f"{host}/32", "-p", "tcp", "--dport", str(port))
+        for host, port in listeners
+    ]
+    if uid is not None:
+        owner = ("-m", "owner", "--uid-owner", str(uid))
+        rules.append((OUTPUT_CHAIN, "-o", egress, "-d", f"{address}/32", *owner))
     with _firewall_locked():
-        if _iptables("-C", OUTPUT_CHAIN, *rule, *comment, "-j", "RETURN", check=False) != 0:
-            _iptables("-I", OUTPUT_CHAIN, "1", *rule, *comment, "-j", "RETURN")
+        for chain, *rule in rules:
+            if _iptables("-C", chain, *rule, *comment, "-j", "RETURN", check=False) != 0:
+                _iptables("-I", chain, "1", *rule, *comment, "-j", "RETURN")
 
 
 def firewall_forget(tag: str, session: str) -> None:
-    """Delete the rules :func:`firewall_let_user` added for ``session``."""
+    """Delete the rules :func:`firewall_let` added for ``session``."""
     with _firewall_locked():
-        for line in _rules(OUTPUT_CHAIN):
-            comment = _COMMENT.search(line)
-            if comment is not None and comment.group(1) == f"{tag}:s:{session[:12]}":
-                _iptables("-D", *shlex.split(line)[1:], check=False)
+        for chain in _HOOKS:
+            for line in _rules(chain):
+                comment = _COMMENT.search(line)
+                if comment is not None and comment.group(1) == f"{tag}:s:{session[:12]}":
+                    _iptables("-D", *shlex.split(line)[1:], check=False)
 
 
 def firewall_remove(tag: str) -> None:
-    """Delete ``tag``'s rules; the last manager out removes the chains and their jumps."""
+    """Delete ``tag``'s rules; the last manager out of a chain removes it and its jumps."""
     with _firewall_locked():
-        if _drop_stale(tag):
-            return
+        others = _drop_stale(tag)
         for chain, (hook, _) in _HOOKS.items():
+            if chain in others:
+                continue
             for line in _rules(hook):
                 if line.endswith(f"-j {chain}"):
                     _iptables("-D", *shlex.split(line)[1:], check=False)
@@ -184,40 +200,44 @@ class HostFirewall:
         self._owner = f"{id(owner):x}"
         self.tag = f"bai-jupyter:{os.getpid()}:{self._owner}"
         self.on = False
+        #: The (address, port) of this manager's listeners the kernels reach.
+        self.listeners: list[tuple[str, int]] = []
 
     def name(self, deployment: str) -> None:
         """Put the deployment (store id) in the tag, so a reader of the chains knows whose."""
         if not self.on and deployment:
             self.tag = f"bai-jupyter:{os.getpid()}:{deployment[:12]}:{self._owner}"
 
-    async def allow(
-        self, egress: str, listeners: Sequence[tuple[str, int]], legacy: str = ""
-    ) -> str | None:
-        """Install the chains and these rules; the reason it could not, else None."""
-        error = await asyncio.to_thread(self._apply, egress, listeners, legacy)
+    async def allow(self, egress: str, listeners: Sequence[tuple[str, int]]) -> str | None:
+        """Install the chains and this manager's rules (sessions' rules are added again by
+        :meth:`let`); the reason it could not, else None."""
+        self.listeners = sorted(set(listeners))
+        error = await asyncio.to_thread(self._apply, egress)
         self.on = self.on or error is None
         return error
 
-    def _apply(self, egress: str, listeners: Sequence[tuple[str, int]], legacy: str) -> str | None:
+    def _apply(self, egress: str) -> str | None:
         if os.geteuid() != 0:
             return "not running as root"
         if shutil.which("iptables") is None:
             return "iptables is not installed"
         try:
-            firewall_install(self.tag, egress, listeners, os.getuid(), legacy)
+            firewall_install(self.tag, egress, os.getuid())
         except (OSError, subprocess.CalledProcessError) as exc:
             detail = getattr(exc, "stderr", None) or ""
             return f"iptables failed: {exc} {detail}".strip()
         return None
 
-    async def let_user(self, session: str, egress: str, address: str, uid: int) -> None:
-        """Let local user ``uid`` (a session's owner) reach that session's main1 at
-        ``address``; nothing while the firewall is off."""
+    async def let(self, session: str, egress: str, address: str, uid: int | None) -> None:
+        """A session's main1 at ``address`` reaches the listeners, and local user ``uid``
+        (its owner, or None) reaches it; nothing while the firewall is off."""
         if self.on:
-            await asyncio.to_thread(firewall_let_user, self.tag, session, egress, address, uid)
+            await asyncio.to_thread(
+                firewall_let, self.tag, session, egress, address, self.listeners, uid
+            )
 
     async def forget(self, session: str) -> None:
-        """Take out what :meth:`let_user` added for ``session``."""
+        """Take out what :meth:`let` added for ``session``."""
         if self.on:
             await asyncio.to_thread(firewall_forget, self.tag, session)
 

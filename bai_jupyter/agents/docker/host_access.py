@@ -1,5 +1,5 @@
-"""The Docker agent and this host's firewall: its kernels' egress bridge per store, the
-rules that let them reach only this manager's listener, and who may reach them.
+"""The Docker agent and this host's firewall: which of this manager's kernels reach its
+kernel-access listener, and which local users reach them.
 
 A mixin of the agent (see :mod:`.firewall` for the chains themselves).
 """
@@ -11,11 +11,11 @@ import os
 import pwd
 import sys
 
-from ...kernel_plan import LABEL_OWNER
+from ...kernel_plan import LABEL_OWNER, LABEL_SCOPE
 from ..base import AgentBackend, AgentError
 from .engine import Engine
 from .firewall import HostFirewall
-from .networks import BRIDGE_PREFIX, Networks
+from .networks import EGRESS_NETWORK, Networks
 from .options import DockerOptions
 
 __all__ = ["DockerHostAccess"]
@@ -28,17 +28,14 @@ class DockerHostAccess(DockerOptions, AgentBackend):
     networks: Networks
     local: bool
     _firewall: HostFirewall
+    #: The store whose kernels are this manager's ('' until told).
+    _scope = ""
 
     def use_scope(self, scope: str) -> None:
-        """Kernels of store ``scope`` get an egress bridge of their own (the firewall keys
-        each deployment's rules on it) and the firewall's tag names the store."""
-        self.networks.use_scope(scope)
+        """This manager's kernels are those of store ``scope`` (the firewall lets only them
+        reach its listener); the firewall's tag names the store."""
+        self._scope = scope
         self._firewall.name(scope)
-
-    @property
-    def egress_name(self) -> str:
-        """The egress bridge's network name (main1's ports are reached there)."""
-        return self.networks.egress_name
 
     @property
     def firewalled(self) -> bool:
@@ -48,15 +45,14 @@ class DockerHostAccess(DockerOptions, AgentBackend):
 
     async def allow_host_ports(self, listeners: list[tuple[str, int]]) -> None:
         """Block this engine's kernels from the host except the ``listeners`` (address, port)
-        at their own host address, and other local users from the kernels; see
-        :mod:`.firewall`. Without root or iptables a warning says what stays reachable."""
+        at their own host address (each running main1 of this store: its own rule), and
+        other local users from the kernels; see :mod:`.firewall`. Without root or
+        iptables a warning says what stays reachable."""
         if not self.firewalled:
             return
         address = await self.host_address()
-        own = sorted({(a, p) for a, p in listeners if a == address})
-        egress = await self.networks.egress_interface()
-        legacy = "" if egress.startswith(BRIDGE_PREFIX) else egress
-        error = await self._firewall.allow(egress, own, legacy)
+        own = [(a, p) for a, p in listeners if a == address]
+        error = await self._firewall.allow(await self.networks.egress_interface(), own)
         if error:
             self.log.warning(
                 "agent %s: no host firewall (%s): kernels can reach every host service "
@@ -65,30 +61,36 @@ class DockerHostAccess(DockerOptions, AgentBackend):
                 error,
             )
             return
-        # Kernels running from before (a restart): their owners again. Only main1 is on the
-        # egress bridge; the others are skipped.
+        # This store's kernels running from before (a restart) or meanwhile: their rules
+        # again. Only main1 is on the egress bridge; the others are skipped.
         for kernel in await self.live_kernels():
-            if kernel.running:
+            if kernel.running and kernel.labels.get(LABEL_SCOPE) == self._scope:
                 try:
-                    await self._let_owner(kernel.session_id, kernel.labels, kernel.container_id)
+                    await self._let_in(kernel.session_id, kernel.labels, kernel.container_id)
                 except AgentError as exc:  # removed meanwhile
                     self.log.debug("agent %s: %s", self.id, exc)
 
-    async def _let_owner(self, session_id: str, labels: dict[str, str], cid: str) -> None:
-        """The local user named as the session's owner may reach its main1 (see
-        ``firewall_lets_owners``)."""
-        owner = labels.get(LABEL_OWNER)
-        if not (self._firewall.on and self.firewall_lets_owners and owner):
-            return
-        try:
-            uid = (await asyncio.to_thread(pwd.getpwnam, owner)).pw_uid
-        except KeyError:
-            return  # no such local user: only the manager's user and root
-        if uid in (0, os.getuid()):
+    async def _let_in(self, session_id: str, labels: dict[str, str], cid: str) -> None:
+        """A started main1 reaches this manager's listener, and the local user named as
+        the session's owner reaches main1 (see ``firewall_lets_owners``)."""
+        if not self._firewall.on:
             return
         api = await self.engine.api()
         info = await self.engine.call(f"cannot inspect {cid[:12]}", api.inspect_container, cid)
-        address = info["NetworkSettings"]["Networks"].get(self.egress_name, {}).get("IPAddress")
-        if address:
-            egress = await self.networks.egress_interface()
-            await self._firewall.let_user(session_id, egress, address, uid)
+        address = info["NetworkSettings"]["Networks"].get(EGRESS_NETWORK, {}).get("IPAddress")
+        if not address:
+            return  # not on the egress bridge: a sub kernel
+        await self._firewall.let(
+            session_id, await self.networks.egress_interface(), address, await self._uid(labels)
+        )
+
+    async def _uid(self, labels: dict[str, str]) -> int | None:
+        """The local user named as the owner, where it is not root or ours already."""
+        owner = labels.get(LABEL_OWNER)
+        if not (self.firewall_lets_owners and owner):
+            return None
+        try:
+            uid = (await asyncio.to_thread(pwd.getpwnam, owner)).pw_uid
+        except KeyError:
+            return None  # no such local user: only the manager's user and root
+        return None if uid in (0, os.getuid()) else uid

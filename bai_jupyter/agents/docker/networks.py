@@ -5,12 +5,10 @@
   ``main1``, ``sub1`` … resolve through Docker's DNS and nothing outside the
   session can reach a sub kernel. Its interface is ``bai<S[:12]>``, so one
   firewall rule (``-i bai+``) covers every session.
-* ``bai-jupyter-egress-<store[:12]>``: main kernels are created on it first (Docker
-  publishes no port from an internal network); inter-container traffic on it is off,
-  so the main kernels of two sessions cannot talk to each other through it. Its
-  gateway is the address kernels reach this host at. One per store (deployment), its
-  interface ``bai-<store[:11]>``: the host firewall tells deployments' kernels apart by
-  it. An agent told no store (tests, tools) uses ``bai-jupyter-egress``.
+* ``bai-jupyter-egress``: main kernels are created on it first (Docker publishes
+  no port from an internal network); inter-container traffic on it is off, so
+  the main kernels of two sessions cannot talk to each other through it. Its
+  gateway is the address kernels reach this host at.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ from .engine import Engine, gather_all
 
 __all__ = ["BRIDGE_PREFIX", "EGRESS_NETWORK", "Networks", "network_name"]
 
-#: The non-internal bridge on which main kernels publish their ports (a store's own
-#: carries its id after this name).
+#: The shared, non-internal bridge on which main kernels publish their ports.
 EGRESS_NETWORK = "bai-jupyter-egress"
 #: Session bridges get interface names with this prefix (15 characters at most).
 BRIDGE_PREFIX = "bai"
@@ -45,16 +42,6 @@ class Networks:
         #: The egress bridge is known to exist (checked again after a failed start).
         self.egress_ready = False
         self._egress_lock = asyncio.Lock()
-        #: The egress bridge's network name, and its interface ('': the engine's choice).
-        self.egress_name = EGRESS_NETWORK
-        self.egress_bridge = ""
-
-    def use_scope(self, scope: str) -> None:
-        """Main kernels of store ``scope`` get an egress bridge of their own."""
-        if scope:
-            self.egress_name = f"{EGRESS_NETWORK}-{scope[:12]}"
-            self.egress_bridge = f"{BRIDGE_PREFIX}-{scope[:11]}"
-            self.egress_ready = False
 
     async def ensure(
         self, api: Any, name: str, labels: dict[str, str], internal: bool, options: dict[str, str]
@@ -85,10 +72,13 @@ class Networks:
         # on a fresh engine made several networks of that name ("ambiguous" ever after).
         async with self._egress_lock:
             if not self.egress_ready:
-                options = {"com.docker.network.bridge.enable_icc": "false"}
-                if self.egress_bridge:
-                    options["com.docker.network.bridge.name"] = self.egress_bridge
-                await self.ensure(api, self.egress_name, {LABEL_ROOT: "1"}, False, options)
+                await self.ensure(
+                    api,
+                    EGRESS_NETWORK,
+                    {LABEL_ROOT: "1"},
+                    internal=False,
+                    options={"com.docker.network.bridge.enable_icc": "false"},
+                )
                 self.egress_ready = True
 
     def session_network(self, api: Any, session_id: str) -> asyncio.Future[None]:
@@ -104,7 +94,7 @@ class Networks:
         api = await self.engine.api()
         await self.ensure_egress(api)
         info: dict[str, Any] = await self.engine.call(
-            f"cannot inspect network {self.egress_name}", api.inspect_network, self.egress_name
+            f"cannot inspect network {EGRESS_NETWORK}", api.inspect_network, EGRESS_NETWORK
         )
         return info
 

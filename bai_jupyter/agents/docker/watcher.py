@@ -190,7 +190,7 @@ class EventWatcher(threading.Thread):
             return None
         if session_id in self.removals:
             return None
-        if network != network_name(session_id) and not network.startswith(EGRESS_NETWORK):
+        if network not in (network_name(session_id), EGRESS_NETWORK):
             return None
         return KernelEvent(
             KernelEventKind.NETWORK_LOST, session_id, kernel_id, detail={"network": network}
