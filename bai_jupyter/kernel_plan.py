@@ -22,6 +22,8 @@ LABEL_SESSION = f"{LABEL_ROOT}.session-id"
 LABEL_KERNEL = f"{LABEL_ROOT}.kernel-id"
 LABEL_ROLE = f"{LABEL_ROOT}.role"
 LABEL_HOST = f"{LABEL_ROOT}.cluster-host"
+#: The session's owner (the host firewall lets the same-named local user reach main1).
+LABEL_OWNER = f"{LABEL_ROOT}.owner"
 #: The store (one manager's world) a kernel belongs to: a manager never touches others'.
 LABEL_SCOPE = f"{LABEL_ROOT}.store-id"
 
@@ -176,4 +178,5 @@ def labels(session: Session, kernel: Kernel, scope: str) -> dict[str, str]:
         LABEL_KERNEL: kernel.id,
         LABEL_ROLE: kernel.role_name,
         LABEL_HOST: kernel.hostname,
+        LABEL_OWNER: session.owner,
     }

@@ -567,6 +567,25 @@ def test_close_ends_events(engine: Any) -> None:
     asyncio.run(asyncio.wait_for(scenario(), 20))
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host firewall needs root")
+def test_a_firewalled_local_engine_never_publishes_ports_on_loopback(engine: Any) -> None:
+    """A port published on 127.0.0.1 is open to every local user (the engine's proxy runs
+    as root), which the firewall's OUTPUT rules cannot tell apart: main1 stays on its bridge."""
+
+    async def scenario() -> tuple[bool, bool]:
+        agents = [
+            DockerAgent("fw-pub", publish_ports=True),
+            DockerAgent("fw-off-pub", publish_ports=True, host_firewall=False),
+        ]
+        try:
+            return agents[0].publish, agents[1].publish
+        finally:
+            for agent in agents:
+                await agent.close()
+
+    assert asyncio.run(scenario()) == (False, True)
+
+
 # -- with the real runtime -------------------------------------------------------------
 
 

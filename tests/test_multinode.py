@@ -31,6 +31,7 @@ from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
+from bai_jupyter.manager.images import registry_of
 from bai_jupyter.model import Session, Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -525,7 +526,8 @@ async def test_an_image_from_a_registry_is_pulled_in_pulling_with_its_progress(
     node = serving.node
     agents = [swarm_engines.agent(node, SLOTS)]
     with _pulled_away(node, image):
-        async with _manager(tmp_path, swarm_engines, agents=agents) as mgr:
+        registries = [registry_of(image)]  # the operator lets agents pull from it
+        async with _manager(tmp_path, swarm_engines, agents=agents, registries=registries) as mgr:
             session = await mgr.create({"image": image, "resources": SMALL}, "alice")
             shown: list[dict[str, Any]] = []  # the agent's record, as the API shows it
             while not (now := await mgr.get(session.id)).status.is_terminal:
@@ -552,6 +554,7 @@ async def test_a_pull_that_hangs_is_forced_out(
     node = serving.node
     agents = [swarm_engines.agent(node, SLOTS)]
     limits: dict[str, Any] = {"hang_timeout": {"PULLING": 1.5}, "watchdog_interval": 0.2}
+    limits["registries"] = [registry_of(image)]
     with _pulled_away(node, image):
         async with _manager(tmp_path, swarm_engines, "hang", agents=agents, **limits) as mgr:
             session = await mgr.create({"image": image, "resources": SMALL}, "alice")

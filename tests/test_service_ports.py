@@ -184,7 +184,9 @@ async def test_an_agent_that_publishes_ports_refuses_a_late_port_clearly(
     tmp_path: Path, kernel_image: str
 ) -> None:
     """Docker cannot publish a port on a running container: 409 saying what to do instead."""
-    agents = 'c.BaiSessionManager.agents = [{"id": "pub", "publish_ports": True}]\n'
+    # With the host firewall on (root here), a local engine never publishes: turned off.
+    pub = '{"id": "pub", "publish_ports": True, "host_firewall": False}'
+    agents = f"c.BaiSessionManager.agents = [{pub}]\n"
     srv = start_server(tmp_path, 'c.BaiSessionManager.backend = "docker"\n' + agents)
     try:
         client = srv.client()

@@ -257,8 +257,13 @@ class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
         The manager's mount policy never lets a session mount them or anything holding them."""
         return []
 
-    async def allow_host_ports(self, ports: list[int]) -> None:
-        """Let this agent's kernels reach these ports of the host (and no other)."""
+    def use_scope(self, scope: str) -> None:
+        """The store this agent's kernels belong to (told once, before any start): a backend
+        keeps what it shares on a host (the Docker egress bridge) apart per store."""
+        return None
+
+    async def allow_host_ports(self, listeners: list[tuple[str, int]]) -> None:
+        """Let this agent's kernels reach these (address, port) of the host and no other."""
         return None  # backends without a host boundary (local processes): nothing to do
 
     def late_port(self, port: int) -> int | None:

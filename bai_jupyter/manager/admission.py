@@ -14,7 +14,7 @@ from ..resources import ResourceError
 from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
 from ..store import NameConflict
 from .core import Core
-from .images import image_known
+from .images import image_known, registry_of
 from .mount_check import ADMIN_MOUNTS, MountCheck
 from .multinode import MultiNode
 from .policies import Policies
@@ -31,6 +31,9 @@ class AdmissionSettings(Protocol):
 
     @property
     def limits(self) -> Policies: ...
+
+    @property
+    def registries(self) -> list[str]: ...
 
 
 #: ``claim(spec, owner, meta, groups)``: a warm session made the caller's, or ``None``.
@@ -155,9 +158,17 @@ class Admission:
     async def _check_image(self, image: str, group: str) -> None:
         """Refuse at once an image no agent has and no registry serves (an agent that lacks
         it gets it when the session starts, in PULLING)."""
-        known, failures = await image_known(self.core, image, group)
+        known, failures = await image_known(self.core, image, group, self.settings.registries)
         if known:
             return
+        registry = registry_of(image)
+        if not failures and registry not in self.settings.registries:
+            raise InvalidRequest(
+                f"image: {image} is on no agent, and its registry {registry} is not one the "
+                f"agents may pull from (BaiSessionManager.registries: "
+                f"{', '.join(self.settings.registries) or 'none'}); use an image an agent has "
+                "or one of those registries"
+            )
         if failures:
             raise Unavailable("; ".join(failures))
         if self.core.agents:

@@ -49,6 +49,9 @@ class Settings(Protocol):
     @property
     def default_image(self) -> str: ...
 
+    @property
+    def registries(self) -> list[str]: ...
+
 
 @dataclass
 class GroupScheduler:

@@ -4,7 +4,9 @@ Where it comes from: an image some agent has that came from a registry (it has a
 repo digest) is pulled from that registry, and copied from that agent when the
 registry does not answer; one built locally (no digest: no registry has it) is
 copied from an agent that has it, streamed engine to engine; one no agent has is
-pulled (``create`` refused it unless a registry serves it). The session moves to
+pulled (``create`` refused it unless a registry serves it). Only the operator's
+``registries`` are ever asked or pulled from: an image naming another registry (say
+``127.0.0.1:5999/x``) makes no engine connect there. The session moves to
 PULLING with the plan in ``status_data["pulling"]`` before anything is fetched,
 and that record follows each agent's progress (at most every half second).
 """
@@ -19,18 +21,33 @@ from typing import Any
 from ..agents.base import AgentBackend, AgentError
 from ..agents.multinode import ImageInfo, MultiNodeAgent, copy_image
 from ..model import Session, Status
-from .core import Core, move
+from .core import Core, Settings, move
 
-__all__ = ["ImagePresence", "image_known"]
+__all__ = ["ImagePresence", "image_known", "registry_of"]
 
 REGISTRY = "registry"
+#: The registry of image names that name none, and its other names.
+DOCKER_HUB = "docker.io"
+_HUB_ALIASES = frozenset({"index.docker.io", "registry-1.docker.io"})
 #: Seconds between progress writes to the store while pulling.
 _FLUSH_EVERY = 0.5
 
 
-async def image_known(core: Core, image: str, group: str) -> tuple[bool, list[str]]:
-    """Whether an agent (of ``group`` first, then any) has ``image`` or a registry serves
-    it; with the errors of agents that could not say."""
+def registry_of(image: str) -> str:
+    """The registry an image reference names, as Docker reads it: a first component with
+    a '.' or ':' or 'localhost' is a registry; none means Docker Hub."""
+    first, slash, _ = image.partition("/")
+    if not slash or not ("." in first or ":" in first or first == "localhost"):
+        return DOCKER_HUB
+    host = first.lower()
+    return DOCKER_HUB if host in _HUB_ALIASES else host
+
+
+async def image_known(
+    core: Core, image: str, group: str, registries: list[str]
+) -> tuple[bool, list[str]]:
+    """Whether an agent (of ``group`` first, then any) has ``image`` or one of the allowed
+    ``registries`` serves it; with the errors of agents that could not say."""
     agents = [a for a in core.agents.values() if a.id not in core.lost]
     agents.sort(key=lambda a: a.resource_group != group)
     failures: list[str] = []
@@ -40,6 +57,8 @@ async def image_known(core: Core, image: str, group: str) -> tuple[bool, list[st
                 return True, []
         except AgentError as exc:
             failures.append(str(exc))
+    if registry_of(image) not in registries:
+        return False, failures  # never ask an engine to contact a registry not allowed
     for agent in agents:
         if isinstance(agent, MultiNodeAgent) and await agent.registry_has(image):
             return True, []
@@ -49,8 +68,9 @@ async def image_known(core: Core, image: str, group: str) -> tuple[bool, list[st
 class ImagePresence:
     """Brings a session's image to each of its agents that lacks it."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, settings: Settings) -> None:
         self.core = core
+        self.settings = settings
         #: One fetch per (agent, image) at a time: a second session waits, then finds it.
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
@@ -107,12 +127,14 @@ class ImagePresence:
                 found.append((agent, info))
         return found
 
-    async def _source(self, image: str, target: object) -> str:
-        """``registry`` or the id of an agent to copy from (see the module's docstring)."""
+    async def _source(self, image: str, target: object) -> str | None:
+        """``registry``, the id of an agent to copy from (see the module's docstring), or
+        None: nowhere allowed has it."""
         holders = await self._holders(image, target)
-        if not holders or any(info.repo_digests for _, info in holders):
+        allowed = registry_of(image) in self.settings.registries
+        if allowed and (not holders or any(info.repo_digests for _, info in holders)):
             return REGISTRY
-        return holders[0][0].id
+        return holders[0][0].id if holders else None
 
     async def _fetch(self, agent: MultiNodeAgent, image: str, entry: dict[str, Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -139,7 +161,12 @@ class ImagePresence:
                 except AgentError as exc:
                     errors.append(f"copying from {source.id}: {exc}")
             if await agent.image_info(image) is None:
-                why = "; ".join(errors) or "no registry and no agent has it"
+                registry = registry_of(image)
+                why = "; ".join(errors) or (
+                    "no registry and no agent has it"
+                    if registry in self.settings.registries
+                    else f"no agent has it, and {registry} is not in BaiSessionManager.registries"
+                )
                 raise AgentError(f"agent {agent.id} could not get image {image}: {why}")
 
     async def _flush(self, session_id: str, image: str, plan: dict[str, dict[str, Any]]) -> None:

@@ -51,7 +51,7 @@ class Lifecycle:
         self.settings = settings
         self.mounts = mounts
         self.multinode = MultiNode(core, settings, mounts)
-        self.images = ImagePresence(core)
+        self.images = ImagePresence(core, settings)
         #: Awaited with the session as it will be RUNNING (its kernels' connection info),
         #: before anyone is told: the idle watch follows main1 from then on.
         self.before_running: Callable[[Session], Awaitable[None]] | None = None

@@ -112,8 +112,8 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
                 request, owner, dry_run=True, groups=groups, admin=admin
             ),
         )
-        #: Host ports kernels may reach (see allow_host_ports).
-        self._host_ports: list[int] = []
+        #: Host listeners (address, port) kernels may reach (see allow_host_ports).
+        self._host_ports: list[tuple[str, int]] = []
         self._started = False
 
     @property
@@ -140,6 +140,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.pools.pools = await asyncio.to_thread(parse_pools, list(self.warm_pools))
         core.store = await asyncio.to_thread(Store, self.store_url)
         for agent in await self._make_agents():
+            agent.use_scope(core.store.id)
             core.agents[agent.id] = agent
             capacity = await agent.capacity()
             record = Agent(
@@ -223,9 +224,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
                 found[agent.id] = address
         return found
 
-    async def allow_host_ports(self, ports: Iterable[int]) -> None:
-        """Let kernels reach only these ports of this host (the kernel-access listeners)."""
-        self._host_ports = sorted(set(self._host_ports) | set(ports))
+    async def allow_host_ports(self, listeners: Iterable[tuple[str, int]]) -> None:
+        """Let kernels reach only these (address, port) of this host (the kernel-access
+        listeners); each agent allows those at its kernels' own host address."""
+        self._host_ports = sorted(set(self._host_ports) | set(listeners))
         for agent in self.core.agents.values():
             try:
                 await agent.allow_host_ports(list(self._host_ports))

@@ -61,6 +61,16 @@ class ManagerSettings(HasTraits):
         help="Where named data folders live (<root>/<owner>/<name>); "
         "default: <jupyter data dir>/bai_jupyter/folders.",
     )
+    registries = List(
+        Unicode(),
+        ["docker.io"],
+        config=True,
+        help="The registries agents may pull images from, each 'host[:port]' as an image "
+        "names it ('docker.io': names with no registry, e.g. 'python:3.11'). An image of any "
+        "other registry is used only where an agent has it (or copied from one): it is "
+        "refused at create (400) otherwise, and no engine is ever asked to contact that "
+        "registry. []: pull nothing.",
+    )
     allowed_host_paths = List(
         Unicode(),
         config=True,

@@ -198,7 +198,7 @@ class ApiHost(LoggingConfigurable):
             **public,
         }
         # The host firewall lets kernels reach these listeners and no other host port.
-        await manager.allow_host_ports(access.ports())
+        await manager.allow_host_ports(access.listeners())
         for address, url in access.urls.items():
             self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
 

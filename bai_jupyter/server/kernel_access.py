@@ -153,9 +153,9 @@ class KernelAccess:
             port = sockets[0].getsockname()[1]
             self.urls[address] = f"http://{address}:{port}{base_url}"
 
-    def ports(self) -> list[int]:
-        """The ports listened on (what the host firewall lets kernels reach)."""
-        return sorted({s.getsockname()[1] for s in self._sockets})
+    def listeners(self) -> list[tuple[str, int]]:
+        """The (address, port) listened on: what the host firewall lets kernels reach."""
+        return sorted({(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in self._sockets})
 
     def environ(self, session_id: str, address: str | None) -> dict[str, str]:
         """What a kernel of ``session_id`` reaching the host at ``address`` needs to call home."""

@@ -10,6 +10,7 @@ spread over several agents (the Swarm, images, host files) the ``multinode`` one
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -21,16 +22,16 @@ from jupyter_core.paths import jupyter_runtime_dir
 from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION, KernelPlan
 from ...model import ExecResult, KernelRole
 from ...resources import ResourceSlot
-from ..base import AgentBackend, AgentError, KernelStarted, LiveKernel
+from ..base import AgentError, KernelStarted, LiveKernel
 from ..capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT
 from .bootstrap import precompile_runtime
 from .containers import KernelContainers, is_main
 from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_socket
 from .firewall import HostFirewall
+from .host_access import DockerHostAccess
 from .images import EngineImages
 from .multinode import DockerMultiNode
 from .networks import EGRESS_NETWORK, Networks, network_name
-from .options import DockerOptions
 from .output import exec_capped, follow_output, read_logs
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
@@ -38,7 +39,7 @@ from .watcher import EventWatcher, Removals
 __all__ = ["DockerAgent"]
 
 
-class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
+class DockerAgent(DockerHostAccess, DockerMultiNode):
     """One Docker engine (local socket or remote endpoint) as an agent.
 
     ``endpoint``, ``publish_ports`` and ``address`` are read when the agent is made."""
@@ -61,6 +62,15 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
             if self.publish_ports is not None
             else bool(self.address) or not (self.local and sys.platform.startswith("linux"))
         )
+        if self.publish and self.firewalled and os.geteuid() == 0:
+            # Every local user reaches a port published on loopback (through the engine's
+            # proxy, as root): with the host firewall, main1 is reached on its bridge only.
+            self.log.warning(
+                "agent %s: publish_ports ignored: the host firewall keeps kernels' ports from "
+                "other local users, which ports published on 127.0.0.1 are not",
+                self.id,
+            )
+            self.publish = False
         #: Where published ports listen (and the manager connects).
         self.publish_ip = self.address or "127.0.0.1"
         #: Where the bootstrap files of a local engine's kernels live until destroy.
@@ -121,22 +131,6 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
             socket_path or "/var/run/docker.sock",
         ]
 
-    async def allow_host_ports(self, ports: list[int]) -> None:
-        """Block this engine's kernels from the host except ``ports`` (kernel access); see
-        :mod:`.firewall`. Without root or iptables a warning says the host is reachable."""
-        on_host = self.local and not self.address  # its bridges are this host's interfaces
-        if not (self.host_firewall and on_host and sys.platform.startswith("linux")):
-            return
-        egress = await self.networks.egress_interface()
-        error = await self._firewall.allow(egress, sorted(set(ports)))
-        if error:
-            self.log.warning(
-                "agent %s: no host firewall (%s): kernels can reach every host service "
-                "listening on 0.0.0.0",
-                self.id,
-                error,
-            )
-
     def late_port(self, port: int) -> int | None:
         """Reached at main1's own address: any port works. Published: Docker cannot add one."""
         return None if self.publish else port
@@ -156,7 +150,11 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
             await asyncio.to_thread(precompile_runtime, Path(self.runtime_dir))
         async with self._lock(session_id):
             try:
-                return await self._start(api, session_id, plans)
+                started = await self._start(api, session_id, plans)
+                for plan, kernel in zip(plans, started):
+                    if is_main(plan):
+                        await self._let_in(session_id, plan.labels, kernel.container_id)
+                return started
             except BaseException as exc:
                 # Cancelled or failed: nothing of the session may stay behind.
                 try:
@@ -219,6 +217,7 @@ class DockerAgent(DockerOptions, AgentBackend, DockerMultiNode):
         manager can tell its own removal from a kill from outside."""
         self._removals.mark(session_id)
         await self.containers.remove_session(api, session_id)
+        await self._firewall.forget(session_id)
         await self.networks.remove_session(api, session_id)
         # The bootstrap files (they hold the session's keys) go with the kernels.
         await asyncio.to_thread(shutil.rmtree, self.bootstrap_root / session_id, True)

@@ -64,9 +64,19 @@ class DockerOptions(HasTraits):
     host_firewall = Bool(
         True,
         config=True,
-        help="Block kernels from this host's services except the kernel-access listener "
-        "(an iptables chain BAI-JUPYTER-INPUT in INPUT; needs root and iptables, else a "
-        "warning is logged). Local engines on Linux only.",
+        help="Block kernels from this host's services except this manager's kernel-access "
+        "listener (chain BAI-JUPYTER-INPUT in INPUT), and other local users from kernels "
+        "(BAI-JUPYTER-OUTPUT in OUTPUT: only root, the manager's user and, see "
+        "firewall_lets_owners, each session's owner). Needs root and iptables, else a "
+        "warning is logged. Local engines on Linux only; ports are then never published.",
+    )
+    firewall_lets_owners = Bool(
+        True,
+        config=True,
+        help="With the host firewall: the local user named as a session's owner (if one "
+        "exists) may connect to that session's main1, besides the manager's user and root "
+        "(JupyterHub with local users: each user's server talks to its kernels directly). "
+        "False: only the manager's user and root reach kernels.",
     )
     pids_limit = Int(4096, config=True, help="How many processes each kernel may have at once.")
     sftp_address = Unicode(
