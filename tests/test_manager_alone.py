@@ -329,3 +329,17 @@ async def test_bobs_kernel_token_reaches_nothing_of_alices(
     seen = result["seen"]
     assert seen and all(owner == "bob" for owner, _, _ in seen), seen
     assert any(str(name).startswith("bob-mark") for _, name, _ in seen), seen
+
+
+async def test_no_token_of_a_url_reaches_the_services_log(service: Service) -> None:
+    """The service's access log (tornado's, not Jupyter's) and its error lines name a
+    request with the token's value hidden."""
+    secret = TOKENS["alice"]
+    before = len(service.log.read_bytes())
+    for path in ("bai/api/v1/sessions/0123456789abcdef", "bai/api/v1/nothing-here"):
+        reply = await service.fetch("GET", f"{path}?x=1&token={secret}", None)
+        assert reply.code == 404, reply.body
+    await asyncio.sleep(0.5)  # written
+    log = service.log.read_text(errors="replace")[before:]
+    assert "nothing-here?x=1&token=[secret]" in log, log
+    assert secret not in log, log

@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 from test_server_harness import Server, start_server
@@ -33,6 +33,13 @@ import asyncio, json
 from tornado import web, websocket
 
 released = asyncio.Event()
+PROBE = '''<script>
+const seen = {href: location.href};
+try { seen.cookie = document.cookie } catch (e) { seen.cookie = e.name }
+const api = new URL("/api/contents", location.href).href;
+fetch(api, {credentials: "include"}).then(r => "read " + r.status, e => e.name)
+  .then(got => { seen.contents = got; document.title = JSON.stringify(seen) });
+</script>'''
 streams = 0
 big = {"sent": 0, "open": False}
 sockets = 0
@@ -45,6 +52,7 @@ class Echo(web.RequestHandler):
                     "peer": list(self.request.connection.stream.socket.getpeername())})
     def post(self):
         self.write({"body": self.request.body.decode(), "method": "POST",
+                    "query": self.request.query,
                     "peer": list(self.request.connection.stream.socket.getpeername())})
 
 class Closing(web.RequestHandler):
@@ -114,6 +122,25 @@ class Cut(web.RequestHandler):
         await self.flush()
         self.request.connection.stream.close()
 
+class Cookies(web.RequestHandler):
+    def get(self):
+        for value in self.get_arguments("c"):
+            self.add_header("Set-Cookie", value)
+        self.write("cookies")
+
+class Page(web.RequestHandler):
+    def get(self):
+        policy = "sandbox allow-same-origin allow-scripts; img-src 'self'"
+        self.set_header("Content-Security-Policy", policy)
+        self.set_header("Referrer-Policy", "unsafe-url")
+        self.set_header("Content-Type", "text/html")
+        self.write("<script>document.title = location.search + document.cookie</script>")
+
+class Probe(web.RequestHandler):
+    def get(self):
+        self.set_header("Content-Type", "text/html")
+        self.write(PROBE)
+
 class Away(web.RequestHandler):
     def get(self):
         self.redirect("/echo")
@@ -141,7 +168,9 @@ async def main():
     web.Application([(r"/echo", Echo), (r"/bytes/(\d+)", Bytes), (r"/stream", Stream),
                      (r"/release", Release), (r"/away", Away), (r"/forever", Forever),
                      (r"/streams", Streams), (r"/closing", Closing), (r"/big/(\d+)", Big),
-                     (r"/big", BigSent), (r"/cut", Cut), (r"/sockets", Sockets)]).listen(8080)
+                     (r"/big", BigSent), (r"/cut", Cut), (r"/sockets", Sockets),
+                     (r"/cookies", Cookies), (r"/page", Page),
+                     (r"/probe", Probe)]).listen(8080)
     web.Application([(r"/ws", WS)]).listen(8081)
     await asyncio.Event().wait()
 
@@ -168,7 +197,7 @@ async def start_service(server: Server) -> Session:
     session = await client.create(
         {
             "resources": {"cpu": "0.5", "mem": "256m"},
-            "service_ports": ["web:http:8080", "ws:http:8081", "raw:tcp:9000"],
+            "service_ports": ["web:http:8080", "ws:http:8081", "raw:tcp:9000", "dead:http:8082"],
         }
     )
     session = await client.wait_for(session.id, {Status.RUNNING}, timeout=120)
@@ -201,7 +230,7 @@ async def test_http_reaches_the_service_without_jupyters_credentials(
     base = f"bai/sessions/{service.id}/proxy/web"
     reply = await server.fetch(
         "GET",
-        f"{base}/echo?x=1&token={server.token}&_xsrf=abc",
+        f"{base}/echo?x=1",
         headers={
             "Cookie": "_xsrf=abc; mine=1; jupyterhub-session-id=s",
             "X-XSRFToken": "abc",
@@ -216,13 +245,104 @@ async def test_http_reaches_the_service_without_jupyters_credentials(
     assert headers["x-forwarded-context"].endswith(f"/bai/sessions/{service.id}/proxy/web")
     assert "service=yes" in reply.headers["Set-Cookie"]
     # The token in the query authenticates too, and is not passed on either.
-    by_query = await server.fetch("GET", f"{base}/echo?token={server.token}", token="")
-    assert by_query.code == 200 and json.loads(by_query.body)["query"] == ""
+    by_query = await server.fetch("POST", f"{base}/echo?x=1&token={server.token}&_xsrf=a", token="")
+    assert by_query.code == 200 and json.loads(by_query.body)["query"] == "x=1"
     # A browser that came with the token keeps Jupyter's login cookie for the service's
-    # next pages; a caller that sends its token in a header gets only the service's.
+    # next pages (see the redirect test); a caller that sends its token in a header gets
+    # only the service's.
     from_link = [c.split("=")[0] for c in by_query.headers.get_list("Set-Cookie")]
-    assert len(from_link) == 2 and "service" in from_link, from_link
-    assert reply.headers.get_list("Set-Cookie") == ["service=yes; Path=/"]
+    assert len(from_link) == 1 and "service" not in from_link, from_link
+    assert reply.headers.get_list("Set-Cookie") == [f"service=yes; Path=/{base}"]
+
+
+async def test_service_cookies_stay_under_the_proxy_prefix_and_never_shadow_jupyters(
+    server: Server, service: Session
+) -> None:
+    base = f"/bai/sessions/{service.id}/proxy/web"
+    sent = [
+        "x=1; Path=/",
+        "y=2; Domain=127.0.0.1; Path=/static/; HttpOnly",
+        "z=3",
+        f"w=4; Path={base}/sub; SameSite=Strict",
+        "_xsrf=evil; Path=/",
+        "username-127-0-0-1=evil",
+        "jupyterhub-session-id=evil",
+    ]
+    query = "&".join(f"c={quote(cookie)}" for cookie in sent)
+    reply = await server.fetch("GET", f"{base}/cookies?{query}")
+    assert reply.code == 200, reply.body
+    assert reply.headers.get_list("Set-Cookie") == [
+        f"x=1; Path={base}",
+        f"y=2; Path={base}/static; HttpOnly",
+        f"z=3; Path={base}",
+        f"w=4; Path={base}/sub; SameSite=Strict",
+    ]
+
+
+async def test_proxied_pages_run_in_a_sandbox_and_send_no_referer(
+    server: Server, service: Session
+) -> None:
+    """Ours is the last policy (a browser takes the sandbox of the last one); the
+    service's own keeps everything but its sandbox, which would let the page be same-origin."""
+    reply = await server.fetch("GET", f"bai/sessions/{service.id}/proxy/web/page")
+    assert reply.code == 200, reply.body
+    policies = reply.headers.get_list("Content-Security-Policy")
+    assert policies[0] == "img-src 'self'", policies
+    assert policies[-1].startswith("sandbox allow-scripts ")
+    assert "allow-same-origin" not in " ".join(policies)
+    assert reply.headers.get_list("Referrer-Policy") == ["no-referrer"]
+
+
+async def test_a_page_asked_for_with_the_token_in_its_url_is_sent_there_without_it(
+    server: Server, service: Session
+) -> None:
+    base = f"/bai/sessions/{service.id}/proxy/web"
+    reply = await server.fetch("GET", f"{base}/echo?x=1&token={server.token}&y=2", token="")
+    assert reply.code == 302, reply.body
+    assert reply.headers["Location"] == f"{base}/echo?x=1&y=2"
+    assert reply.headers["Referrer-Policy"] == "no-referrer"
+    login = [c.split(";")[0] for c in reply.headers.get_list("Set-Cookie")]
+    assert len(login) == 1 and login[0].startswith("username-"), login
+    # The browser comes back with Jupyter's login cookie and reaches the page.
+    page = await server.fetch("GET", f"{base}/echo?x=1&y=2", token="", headers={"Cookie": login[0]})
+    assert page.code == 200 and json.loads(page.body)["query"] == "x=1&y=2"
+
+
+async def test_no_token_of_a_url_reaches_the_log(server: Server, service: Session) -> None:
+    """A request's line in an error (an API error, a service that does not answer) names
+    its URI with the token's value hidden."""
+    before = len(server.log.read_bytes())
+    missing = await server.fetch(
+        "GET", f"bai/api/v1/sessions/0123456789abcdef?token={server.token}", token=""
+    )
+    assert missing.code == 404, missing.body
+    dead = await server.fetch(
+        "POST", f"bai/sessions/{service.id}/proxy/dead/x?token={server.token}", token=""
+    )
+    assert dead.code == 502, dead.body
+    await asyncio.sleep(0.5)  # the server's log written
+    log = server.log.read_text()[before:]
+    assert "0123456789abcdef?token=[secret]" in log and "dead/x?token=[secret]" in log, log
+    assert server.token not in log, log
+
+
+@pytest.mark.slow
+def test_a_proxied_pages_script_cannot_read_jupyters_cookies_nor_call_its_api(
+    server: Server, service: Session, browser: Any
+) -> None:
+    """In a real browser, opened with the token in its URL as a shared link would be: the
+    page lands without the token, its script runs in an origin of its own (no cookies of
+    Jupyter's, no reply of Jupyter's API)."""
+    page = browser.new_page()
+    base = f"{server.url}bai/sessions/{service.id}/proxy/web"
+    page.goto(f"{base}/probe?x=1&token={server.token}")
+    page.wait_for_function("document.title.startsWith('{')", timeout=30_000)
+    seen = json.loads(page.title())
+    assert seen["href"] == f"{base}/probe?x=1", seen
+    assert seen["cookie"] == "SecurityError", seen
+    assert seen["contents"] == "TypeError", seen  # refused: no reply to read
+    # The browser does hold Jupyter's login cookie: the page is kept from it, not lacking it.
+    assert any(c["name"].startswith("username-") for c in browser.cookies())
 
 
 async def test_requests_share_a_kept_connection_unless_the_method_or_the_service_says_no(
@@ -394,7 +514,7 @@ async def test_unknown_service_tcp_service_and_unknown_session(
     server: Server, service: Session
 ) -> None:
     cases: list[tuple[str, int, str]] = [
-        (f"bai/sessions/{service.id}/proxy/nope/", 404, "services: web, ws, raw"),
+        (f"bai/sessions/{service.id}/proxy/nope/", 404, "services: web, ws, raw, dead"),
         (f"bai/sessions/{service.id}/proxy/raw/", 400, "tcp"),
         ("bai/sessions/0123456789abcdef/proxy/web/", 404, "0123456789abcdef"),
     ]

@@ -19,6 +19,7 @@ from ..model import Session
 from ..registry import local_owner
 from .activity import ActivityNotes
 from .kernel_runs import KernelRuns
+from .redact import RedactedLog, request_summary
 from .running import RunningSessions
 
 __all__ = [
@@ -96,7 +97,7 @@ class Extension(Protocol):
         ...
 
 
-class BaiHandler(ExtensionHandlerMixin, APIHandler):
+class BaiHandler(RedactedLog, ExtensionHandlerMixin, APIHandler):
     """Base of the REST handlers: errors as ``{"error", "message"}``, never a traceback."""
 
     auth_resource = SESSIONS
@@ -143,7 +144,7 @@ class BaiHandler(ExtensionHandlerMixin, APIHandler):
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, BaiError):
-            self.log.info("bai-jupyter: %s %s: %s", self.request.method, self.request.uri, value)
+            self.log.info("bai-jupyter: %s: %s", request_summary(self), value)
         else:
             super().log_exception(typ, value, tb)
 

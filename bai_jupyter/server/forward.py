@@ -1,5 +1,6 @@
 """What the proxy passes on, each way: a request without Jupyter's credentials and this hop's
-own headers, and a reply without its framing, its redirects kept under the proxy's prefix.
+own headers, and a reply without its framing, its redirects and cookies kept under the proxy's
+prefix, under our Content-Security-Policy sandbox and sending no Referer.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from urllib.parse import quote, unquote_plus, urlsplit
 from jupyter_server.utils import url_path_join
 from tornado import httputil
 
-__all__ = ["jupyter_auth", "reply_headers", "service_headers", "service_target"]
+__all__ = [
+    "jupyter_auth",
+    "reply_headers",
+    "service_cookie",
+    "service_headers",
+    "service_target",
+    "without_credentials",
+]
 
 #: Query parameters that carry Jupyter's credentials.
 _JUPYTER_QUERY = {"token", "_xsrf"}
@@ -30,6 +38,13 @@ _DROPPED = frozenset(
 #: Reply headers not copied (tornado frames the body itself; a Content-Length is kept: the
 #: client then reads a plain body instead of chunks).
 _FRAMING = {"Transfer-Encoding", "Connection", "Keep-Alive"}
+#: Reply headers that ours replace: a service's own Referrer-Policy could send a token on.
+_REPLACED = {"Referrer-Policy"}
+#: A page opened through the proxy sends no Referer (its URL may have held a token).
+_REFERRER_POLICY = "no-referrer"
+#: Names of Jupyter's and JupyterHub's cookies a service may not set (the login cookie is
+#: ``username-<host>-<port>`` by default).
+_JUPYTER_COOKIE_PREFIXES = ("username-", "jupyterhub-")
 _REDIRECTS = (301, 302, 303, 307, 308)
 #: What a path keeps unquoted towards the service: RFC 3986's reserved and unreserved.
 _PATH_SAFE = ":/?#[]@!$&'()*+,;=-._~"
@@ -39,12 +54,17 @@ def service_target(path: str, query: str) -> str:
     """The path (quoted again: tornado unquoted it) and the query without Jupyter's
     credentials (the rest as the caller wrote it)."""
     target = quote(path if path.startswith("/") else "/" + path, safe=_PATH_SAFE)
-    kept = "&".join(
+    kept = without_credentials(query)
+    return f"{target}?{kept}" if kept else target
+
+
+def without_credentials(query: str) -> str:
+    """``query`` without Jupyter's credentials (the rest as the caller wrote it)."""
+    return "&".join(
         part
         for part in query.split("&")
         if part and unquote_plus(part.split("=", 1)[0]) not in _JUPYTER_QUERY
     )
-    return f"{target}?{kept}" if kept else target
 
 
 def jupyter_auth(headers: httputil.HTTPHeaders) -> bool:
@@ -96,16 +116,63 @@ def _service_cookies(header: str, jupyter: Collection[str]) -> str:
 
 
 def reply_headers(
-    code: int, headers: httputil.HTTPHeaders, context: str
+    code: int,
+    headers: httputil.HTTPHeaders,
+    context: str,
+    jupyter_cookies: Collection[str],
+    csp: str,
 ) -> Iterator[tuple[str, str]]:
     """The reply's headers as the caller gets them (a 101's all: the connection is the
-    two ends' from then on)."""
+    two ends' from then on): cookies kept under ``context`` (none named as Jupyter's),
+    ``csp`` the last policy (the service's own without a sandbox of theirs), no Referer."""
+    if code == 101:
+        yield from headers.get_all()
+        return
     for name, value in headers.get_all():
-        if name in _FRAMING and code != 101:
+        if name in _FRAMING or name in _REPLACED:
             continue
         if name == "Location" and code in _REDIRECTS:
             value = _rewrite_location(value, context)
+        elif name == "Set-Cookie":
+            cookie = service_cookie(value, context, jupyter_cookies)
+            if cookie is None:
+                continue
+            value = cookie
+        elif name == "Content-Security-Policy" and csp:
+            value = _without_sandbox(value)
+            if not value:
+                continue
         yield name, value
+    if csp:  # last: a browser takes the sandbox of the last policy that has one
+        yield "Content-Security-Policy", csp
+    yield "Referrer-Policy", _REFERRER_POLICY
+
+
+def service_cookie(header: str, context: str, jupyter: Collection[str]) -> str | None:
+    """A service's ``Set-Cookie`` with its Path inside ``context`` and no Domain; None
+    for a cookie named as one of Jupyter's (or a Hub's): it would shadow that one."""
+    first, *attributes = header.split(";")
+    name = first.split("=", 1)[0].strip()
+    if not name or name in jupyter or name.startswith(_JUPYTER_COOKIE_PREFIXES):
+        return None
+    path = "/"
+    kept = [first.strip()]
+    for attribute in attributes:
+        key, _, value = attribute.strip().partition("=")
+        if key.lower() == "path":
+            path = value.strip() or "/"
+        elif key.lower() != "domain" and key:
+            kept.append(attribute.strip())
+    context = context.rstrip("/")
+    if path != context and not path.startswith(context + "/"):
+        path = url_path_join(context, path).rstrip("/")
+    return "; ".join([kept[0], f"Path={path}", *kept[1:]])
+
+
+def _without_sandbox(policy: str) -> str:
+    """A service's policy less its ``sandbox`` directive (ours is the one that applies)."""
+    directives = (d.strip() for d in policy.split(";"))
+    return "; ".join(d for d in directives if d and d.split()[0].lower() != "sandbox")
 
 
 def _rewrite_location(location: str, context: str) -> str:

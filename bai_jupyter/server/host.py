@@ -80,6 +80,19 @@ class ApiHost(LoggingConfigurable):
         help="Seconds a proxied HTTP request may take in all (0: no limit; streams and "
         "long polls are common behind service ports).",
     )
+    proxy_csp = Unicode(
+        "sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox "
+        "allow-modals allow-downloads",
+        config=True,
+        help="Content-Security-Policy added (last) to every reply of the service proxy. The "
+        "default sandbox without allow-same-origin runs a service's page in an origin of "
+        "its own, so its script cannot read Jupyter's cookies or call Jupyter's API as the "
+        "user who opened it (an admin too). The price: the page has no cookies or storage "
+        "of its own, and a browser that keeps cookies SameSite=Lax by default (Chromium) "
+        "sends it no login cookie for its scripts, styles and XHR, so a service of more "
+        "than one self-contained page breaks. Empty: no policy of ours (the page runs on "
+        "Jupyter's origin; only for services whose pages you trust like Jupyter itself).",
+    )
     kernel_access = Bool(
         True,
         config=True,

@@ -34,7 +34,14 @@ from ..errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
 from ..registry import local_owner
 from .base import ADMIN, SESSIONS, error_body
 from .checks import require_running
-from .forward import jupyter_auth, reply_headers, service_headers, service_target
+from .forward import (
+    jupyter_auth,
+    reply_headers,
+    service_headers,
+    service_target,
+    without_credentials,
+)
+from .redact import RedactedLog
 from .relay import pipe, relay_body, request_head
 from .upstream import IDEMPOTENT, KeepAliveClient, Unreachable
 
@@ -49,7 +56,7 @@ class ServiceUnreachable(HTTPError):
         super().__init__(502, message)
 
 
-class SessionProxyHandler(JupyterHandler):
+class SessionProxyHandler(RedactedLog, JupyterHandler):
     """Proxies to the service's port on main1, once the caller is allowed."""
 
     auth_resource = SESSIONS
@@ -91,6 +98,8 @@ class SessionProxyHandler(JupyterHandler):
                 raise HTTPError(403)
             web.authenticated(lambda handler: None)(self)  # the login page, or 403
             return
+        if self._token_in_url():
+            return
         try:
             await self._resolve(*self.path_args[:2])
         except BaiError as exc:
@@ -99,6 +108,21 @@ class SessionProxyHandler(JupyterHandler):
                 self.set_header("Retry-After", "2")
             self.set_header("Content-Type", "application/json")
             self.finish(error_body(exc.code, exc.message))
+
+    def _token_in_url(self) -> bool:
+        """A page asked for with Jupyter's token in its URL is sent to the same URL without
+        it (the login cookie, if the server keeps one, goes with the redirect): the page's
+        script never finds the token in its ``location``. A WebSocket's URL is no page's."""
+        kept = without_credentials(self.request.query)
+        if (
+            self.request.method not in ("GET", "HEAD")
+            or self._upgrade()
+            or kept == self.request.query
+        ):
+            return False
+        self.set_header("Referrer-Policy", "no-referrer")
+        self.redirect(self.request.path + (f"?{kept}" if kept else ""))
+        return True
 
     def _upgrade(self) -> bool:
         return self.request.headers.get("Upgrade", "").lower() == "websocket"
@@ -166,11 +190,14 @@ class SessionProxyHandler(JupyterHandler):
         """Where the service is served from, with the server's base URL."""
         return url_path_join(self.base_url, self.proxy_base)
 
+    def _ours(self) -> set[str]:
+        """Jupyter's cookies: never passed to a service, nor set by one."""
+        return {"_xsrf", self.cookie_name}
+
     def _request_head(self, path: str, body: bytes | None) -> bytes:
         upgrade = self.request.headers["Upgrade"] if self._upgrade() else None
-        jupyter_cookies = {"_xsrf", self.cookie_name}
         headers = service_headers(
-            self.request.headers, jupyter_cookies, self._context(), body, upgrade
+            self.request.headers, self._ours(), self._context(), body, upgrade
         )
         target = service_target(path, self.request.query)
         return request_head(str(self.request.method), target, headers)
@@ -337,7 +364,8 @@ class SessionProxyHandler(JupyterHandler):
         """The service's status and headers, to go out with the first piece of the body."""
         self.set_status(start.code, start.reason)
         self._headers = httputil.HTTPHeaders()
-        for name, value in reply_headers(start.code, headers, self._context()):
+        csp = str(self.bai.proxy_csp)
+        for name, value in reply_headers(start.code, headers, self._context(), self._ours(), csp):
             self.add_header(name, value)
 
     def _bad_gateway(self, exc: BaseException) -> HTTPError:

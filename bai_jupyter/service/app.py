@@ -27,6 +27,7 @@ from ..cli.base import ALIASES, FLAGS, BaiCommand
 from ..manager import BaiSessionManager
 from ..registry import local_owner
 from ..server.host import NAME, ApiHost, Step
+from ..server.redact import log_request
 from ..server.routes import routes
 from .auth import CallerAuthorizer, HubIdentity, TokenIdentity
 
@@ -137,6 +138,7 @@ class ManagerService(BaiCommand, ApiHost):
             "xsrf_cookies": True,
             "disable_check_xsrf": False,
             "local_hostnames": ["localhost"],
+            "log_function": log_request,  # tornado's writes ?token= values
             NAME: self,
         }
         if self._under_hub():
