@@ -22,7 +22,7 @@ from traitlets.config import Config
 from bai_jupyter.idleness import idle_view
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.manager.core import ACTIVE
-from bai_jupyter.manager.utilization import CpuWindows
+from bai_jupyter.manager.watchdogs.utilization import CpuWindows
 from bai_jupyter.model import Session, SessionResult, Status
 
 pytestmark = pytest.mark.timeout(180)

@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_server_harness import MULTI_USER, Server, start_server
 
-from bai_jupyter.manager.tokens import TokenSigner
+from bai_jupyter.manager.requests.tokens import TokenSigner
 from bai_jupyter.store import Store
 from bai_jupyter.store.tables import sessions_table
 

@@ -31,7 +31,7 @@ from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
-from bai_jupyter.manager.images import registry_of
+from bai_jupyter.manager.lifecycle.images import registry_of
 from bai_jupyter.model import Session, Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]

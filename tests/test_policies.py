@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bai_jupyter.errors import InvalidRequest
-from bai_jupyter.manager.policies import Policies
+from bai_jupyter.manager.requests.policies import Policies
 from bai_jupyter.model import Agent, Session, SessionSpec
 from bai_jupyter.resources import ResourceSlot
 from bai_jupyter.scheduler.config import OwnerPolicy, SchedulerConfig
@@ -56,7 +56,7 @@ def test_refusals_name_the_entry_that_refused() -> None:
 
 
 def test_a_default_pending_cap_holds_where_no_entry_sets_max_pending() -> None:
-    from bai_jupyter.manager.pool_config import POOL_OWNER
+    from bai_jupyter.manager.pools.config import POOL_OWNER
 
     policies = Policies({"users": {"bob": {"max_pending": 100}}}, 50)
     dave = policies.for_owner("dave", [])

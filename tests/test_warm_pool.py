@@ -25,7 +25,7 @@ from bai_jupyter import kernelspecs
 from bai_jupyter.errors import Forbidden, InvalidRequest
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
-from bai_jupyter.manager.pool_config import POOL_OWNER, parse_pools, pool_key
+from bai_jupyter.manager.pools.config import POOL_OWNER, parse_pools, pool_key
 from bai_jupyter.model import SessionSpec, Status
 from bai_jupyter.request import parse_spec
 from bai_jupyter.runtime.protocol import NOTEBOOK_DIR

@@ -27,28 +27,28 @@ from ..mounts import MountPolicy
 from ..resources import ResourceSlot
 from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
-from .activity import Activity
-from .admission import Admission
 from .core import ACTIVE, Core, find_kernel
-from .endpoints import Endpoints
-from .hangs import HangWatch, hang_limits
-from .idle import IdleSettings, IdleWatch
-from .lifecycle import Lifecycle
-from .liveness import Liveness
-from .mount_check import MountCheck
-from .policies import Policies
-from .pool_config import POOL_OWNER, parse_pools
-from .reconcile import Reconciler
-from .replicas import ReplicaKeeper
-from .retention import Retention
-from .scheduling import Scheduling, load_groups
-from .services import ServicePorts
+from .endpoints.replicas import ReplicaKeeper
+from .endpoints.service import Endpoints
+from .lifecycle.start_stop import Lifecycle
+from .pools.config import POOL_OWNER, parse_pools
+from .pools.warm_pool import WarmPools
+from .requests.admission import Admission
+from .requests.mount_check import MountCheck
+from .requests.policies import Policies
+from .requests.retention import Retention
+from .requests.services import ServicePorts
+from .requests.templates import Templates
+from .requests.tokens import KernelTokens
+from .requests.views import agents_view, queue_view
 from .settings import ManagerSettings
-from .templates import Templates
-from .tokens import KernelTokens
-from .views import agents_view, queue_view
-from .warm_pool import WarmPools
-from .watch import KernelWatcher
+from .watchdogs.activity import Activity
+from .watchdogs.hangs import HangWatch, hang_limits
+from .watchdogs.idle import IdleSettings, IdleWatch
+from .watchdogs.kernel_events import KernelWatcher
+from .watchdogs.liveness import Liveness
+from .watchdogs.reconcile import Reconciler
+from .watchdogs.scheduling import Scheduling, load_groups
 
 __all__ = ["BaiSessionManager"]
 

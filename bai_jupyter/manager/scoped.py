@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..model import ExecResult, Session, SessionType, Status, reason_problem
 from ..request import SpecError, Template
-from .pool_config import POOL_OWNER
+from .pools.config import POOL_OWNER
 
 if TYPE_CHECKING:
     from ..loop_thread import LoopThread

@@ -7,7 +7,7 @@ the agents' kernels reach (the Docker egress network's gateway, loopback for
 the local backend), behind per-session tokens. Every kernel gets
 ``BAI_JUPYTER_URL`` and ``BAI_JUPYTER_TOKEN`` for it.
 
-A token (``bai_jupyter.manager.tokens``) is checked against the store on every
+A token (``bai_jupyter.manager.requests.tokens``) is checked against the store on every
 request: it works only while its session lives (not ended) and was not revoked,
 also across server restarts. It grants
 that one session (read, logs, execute, interrupt, restart, destroy), listing and
@@ -31,7 +31,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from ..errors import Forbidden
-from ..manager.tokens import KernelTokens
+from ..manager.requests.tokens import KernelTokens
 from ..model import Session
 from .base import SESSIONS, TEMPLATES
 

@@ -18,16 +18,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ..model import KernelRole, Session, SessionSpec, Status
-from ..scheduler.context import PassContext
-from ..scheduler.placement import AgentPool
-from ..scheduler.predicates import concurrency, owner_resources
-from ..scheduler.queue import OwnerPolicyOf, load_snapshot
-from ..store import Transaction
-from .core import Core
+from ...model import KernelRole, Session, SessionSpec, Status
+from ...scheduler.context import PassContext
+from ...scheduler.placement import AgentPool
+from ...scheduler.predicates import concurrency, owner_resources
+from ...scheduler.queue import OwnerPolicyOf, load_snapshot
+from ...store import Transaction
+from ..core import Core
+from ..requests.mount_check import MountCheck
+from .config import MARK, POOL_OWNER, PoolConfig, count, pool_key, reserved, warm_mark
 from .handover import HandoverError, hand_over
-from .mount_check import MountCheck
-from .pool_config import MARK, POOL_OWNER, PoolConfig, count, pool_key, reserved, warm_mark
 
 if TYPE_CHECKING:
     from .warm_pool import WarmPools

@@ -18,10 +18,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..agents.base import AgentBackend, AgentError
-from ..agents.multinode import ImageInfo, MultiNodeAgent, copy_image
-from ..model import Session, Status
-from .core import Core, Settings, move
+from ...agents.base import AgentBackend, AgentError
+from ...agents.multinode import ImageInfo, MultiNodeAgent, copy_image
+from ...model import Session, Status
+from ..core import Core, Settings, move
 
 __all__ = ["ImagePresence", "image_known", "registry_of"]
 

@@ -18,7 +18,7 @@ import zmq
 import zmq.asyncio
 from jupyter_client.session import Session as JupyterSession
 
-from ..runtime.protocol import CLAIM_FILE
+from ...runtime.protocol import CLAIM_FILE
 
 __all__ = ["HandoverError", "hand_over"]
 

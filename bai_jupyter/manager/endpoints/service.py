@@ -10,12 +10,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ..endpoints import Endpoint, Load, parse_endpoint, parse_update
-from ..errors import Conflict, InvalidRequest, NotFound
-from ..model import Session, Status, new_id
-from ..request import SpecError
-from ..store import NameConflict
-from .core import Core
+from ...endpoints import Endpoint, Load, parse_endpoint, parse_update
+from ...errors import Conflict, InvalidRequest, NotFound
+from ...model import Session, Status, new_id
+from ...request import SpecError
+from ...store import NameConflict
+from ..core import Core
 from .replicas import LIVE, ReplicaKeeper, endpoint_of, replica_generation
 
 __all__ = ["Endpoints"]

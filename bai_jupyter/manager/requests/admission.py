@@ -7,19 +7,19 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ..errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
-from ..model import Session, SessionSpec, Status
-from ..request import SpecError, apply_template
-from ..resources import ResourceError
-from ..scheduler.queue import NeverFits, UnknownDependency, enqueue
-from ..store import NameConflict
-from .core import Core
-from .images import image_known, registry_of
+from ...errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
+from ...model import Session, SessionSpec, Status
+from ...request import SpecError, apply_template
+from ...resources import ResourceError
+from ...scheduler.queue import NeverFits, UnknownDependency, enqueue
+from ...store import NameConflict
+from ..core import Core
+from ..lifecycle.images import image_known, registry_of
+from ..lifecycle.multinode import MultiNode
+from ..lifecycle.sftp import check_agents
+from ..pools.config import POOL_OWNER
 from .mount_check import ADMIN_MOUNTS, MountCheck
-from .multinode import MultiNode
 from .policies import Policies
-from .pool_config import POOL_OWNER
-from .sftp import check_agents
 
 
 class AdmissionSettings(Protocol):

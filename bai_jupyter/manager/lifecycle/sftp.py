@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..agents.base import AgentBackend, KernelStarted
-from ..errors import InvalidRequest
-from ..kernel_plan import KernelPlan, ed25519_pair
-from ..model import Session, SessionSpec, SessionType
-from ..runtime.protocol import RSYNC_MODULE, RSYNC_USER, SFTP_USER, SSH_PORT
+from ...agents.base import AgentBackend, KernelStarted
+from ...errors import InvalidRequest
+from ...kernel_plan import KernelPlan, ed25519_pair
+from ...model import Session, SessionSpec, SessionType
+from ...runtime.protocol import RSYNC_MODULE, RSYNC_USER, SFTP_USER, SSH_PORT
 
 __all__ = ["check_agents", "open_connections", "record", "sftp_setup"]
 

@@ -10,9 +10,9 @@ import asyncio
 import time
 from typing import Protocol
 
-from ..errors import Conflict
-from ..model import Session, Status
-from .core import Core
+from ...errors import Conflict
+from ...model import Session, Status
+from ..core import Core
 
 __all__ = ["Retention"]
 

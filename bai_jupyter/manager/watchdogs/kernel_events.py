@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ..agents.base import AgentBackend, KernelEvent, KernelEventKind
-from ..errors import NotFound
-from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType
-from .core import ACTIVE, Core, Settings
-from .lifecycle import Lifecycle
+from ...agents.base import AgentBackend, KernelEvent, KernelEventKind
+from ...errors import NotFound
+from ...model import STARTING, IllegalTransition, KernelRole, Session, SessionType
+from ..core import ACTIVE, Core, Settings
+from ..lifecycle.start_stop import Lifecycle
 
 __all__ = ["KernelWatcher"]
 

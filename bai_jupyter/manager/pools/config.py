@@ -18,12 +18,12 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-from ..errors import InvalidRequest
-from ..model import Session, SessionSpec, SessionType
-from ..request import NAME_RE, spec_to_json
-from ..request.kernel_launch import launch_request
-from ..resources import ResourceError, ResourceSlot
-from ..store import Transaction
+from ...errors import InvalidRequest
+from ...model import Session, SessionSpec, SessionType
+from ...request import NAME_RE, spec_to_json
+from ...request.kernel_launch import launch_request
+from ...resources import ResourceError, ResourceSlot
+from ...store import Transaction
 
 __all__ = [
     "MARK",

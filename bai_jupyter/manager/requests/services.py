@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ..errors import Conflict, InvalidRequest, Unavailable
-from ..model import KernelRole, Session, Status
-from ..request import SpecError, parse_service_ports
-from ..runtime.protocol import ServicePort
-from .core import Core
+from ...errors import Conflict, InvalidRequest, Unavailable
+from ...model import KernelRole, Session, Status
+from ...request import SpecError, parse_service_ports
+from ...runtime.protocol import ServicePort
+from ..core import Core
 
 
 class ServicePorts:

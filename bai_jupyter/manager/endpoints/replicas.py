@@ -19,11 +19,11 @@ from typing import Any
 from traitlets import Float
 from traitlets.config import LoggingConfigurable
 
-from ..endpoints import Autoscaler, Endpoint, Replica, ReplicaState, Route, Router, plan_replicas
-from ..endpoints.health import check_health
-from ..errors import BaiError
-from ..model import Session, Status
-from .core import Core
+from ...endpoints import Autoscaler, Endpoint, Replica, ReplicaState, Route, Router, plan_replicas
+from ...endpoints.health import check_health
+from ...errors import BaiError
+from ...model import Session, Status
+from ..core import Core
 
 __all__ = ["REPLICA_META", "ReplicaKeeper", "replica_generation"]
 

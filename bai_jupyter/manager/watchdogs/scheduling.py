@@ -14,15 +14,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequest, NotFound
-from ..model import Session
-from ..scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
-from ..scheduler.context import PassContext
-from ..scheduler.dispatcher import PassResult
-from ..scheduler.placement import AgentPool
-from ..scheduler.queue import OwnerPolicyOf, load_snapshot, run_pass
-from ..store import Transaction
-from .core import Core, GroupScheduler
+from ...errors import InvalidRequest, NotFound
+from ...model import Session
+from ...scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
+from ...scheduler.context import PassContext
+from ...scheduler.dispatcher import PassResult
+from ...scheduler.placement import AgentPool
+from ...scheduler.queue import OwnerPolicyOf, load_snapshot, run_pass
+from ...store import Transaction
+from ..core import Core, GroupScheduler
 
 __all__ = ["Scheduling", "load_groups"]
 

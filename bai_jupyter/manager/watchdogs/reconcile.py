@@ -14,12 +14,12 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from ..agents.base import AgentBackend, AgentError, KernelEvent, KernelEventKind, LiveKernel
-from ..kernel_plan import LABEL_SCOPE
-from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
-from .core import Core, Settings
+from ...agents.base import AgentBackend, AgentError, KernelEvent, KernelEventKind, LiveKernel
+from ...kernel_plan import LABEL_SCOPE
+from ...model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
+from ..core import Core, Settings
+from ..lifecycle.start_stop import Lifecycle
 from .hangs import HangWatch
-from .lifecycle import Lifecycle
 
 __all__ = ["Reconciler"]
 

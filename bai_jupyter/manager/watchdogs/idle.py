@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
-from ..agents.base import AgentError
-from ..errors import InvalidRequest
-from ..idleness import (
+from ...agents.base import AgentError
+from ...errors import InvalidRequest
+from ...idleness import (
     IDLE_TIMEOUT,
     REASONS,
     SESSION_LIFETIME,
@@ -28,13 +28,13 @@ from ..idleness import (
     IdleRules,
     parse_idle_settings,
 )
-from ..model import IllegalTransition, KernelRole, Session, SessionType, Status
+from ...model import IllegalTransition, KernelRole, Session, SessionType, Status
+from ..core import ACTIVE, Core
+from ..lifecycle.sftp import open_connections
+from ..lifecycle.start_stop import Lifecycle
+from ..pools.config import MARK, POOL_OWNER
+from ..requests.policies import Policies
 from .activity import Activity
-from .core import ACTIVE, Core
-from .lifecycle import Lifecycle
-from .policies import Policies
-from .pool_config import MARK, POOL_OWNER
-from .sftp import open_connections
 from .utilization import CpuWindows
 
 __all__ = ["IdleSettings", "IdleWatch"]

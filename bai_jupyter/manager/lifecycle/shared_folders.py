@@ -17,9 +17,9 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..agents.base import AgentBackend, AgentError
-from ..agents.multinode import MultiNodeAgent
-from .core import Core
+from ...agents.base import AgentBackend, AgentError
+from ...agents.multinode import MultiNodeAgent
+from ..core import Core
 
 __all__ = ["MARKER", "SharedFolders"]
 

@@ -27,18 +27,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, Protocol
 
-from ..errors import BaiError
-from ..model import Agent, Session, SessionSpec, Status
-from ..request import spec_to_json
-from ..resources import ResourceSlot
-from ..scheduler.dispatcher import PassResult
-from ..scheduler.placement import never_fits
-from ..scheduler.queue import OwnerPolicyOf
-from ..store import Transaction
-from .core import Core
-from .mount_check import MountCheck
-from .pool_claims import PoolClaims
-from .pool_config import (
+from ...errors import BaiError
+from ...model import Agent, Session, SessionSpec, Status
+from ...request import spec_to_json
+from ...resources import ResourceSlot
+from ...scheduler.dispatcher import PassResult
+from ...scheduler.placement import never_fits
+from ...scheduler.queue import OwnerPolicyOf
+from ...store import Transaction
+from ..core import Core
+from ..requests.mount_check import MountCheck
+from .claims import PoolClaims
+from .config import (
     MARK,
     POOL_OWNER,
     PoolConfig,

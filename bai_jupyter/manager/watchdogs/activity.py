@@ -22,8 +22,8 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ..model import KernelRole, Session
-from .core import Core
+from ...model import KernelRole, Session
+from ..core import Core
 
 __all__ = ["Activity", "kernel_message"]
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..errors import Conflict, NotFound
-from ..request import Template
-from ..store import Transaction
-from .core import Core
+from ...errors import Conflict, NotFound
+from ...request import Template
+from ...store import Transaction
+from ..core import Core
 
 
 class Templates:

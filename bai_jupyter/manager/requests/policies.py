@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidRequest
-from ..idleness import parse_seconds, parse_utilization, widest_seconds, widest_utilization
-from ..resources import ResourceError, ResourceSlot
-from ..scheduler.config import OwnerPolicy
-from .pool_config import POOL_OWNER
+from ...errors import InvalidRequest
+from ...idleness import parse_seconds, parse_utilization, widest_seconds, widest_utilization
+from ...resources import ResourceError, ResourceSlot
+from ...scheduler.config import OwnerPolicy
+from ..pools.config import POOL_OWNER
 
 __all__ = ["POLICY_KEYS", "OwnerLimits", "Policies"]
 

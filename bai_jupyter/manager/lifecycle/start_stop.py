@@ -16,21 +16,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Protocol
 
-from ..agents.base import (
+from ...agents.base import (
     AgentBackend,
     AgentError,
     KernelEvent,
     KernelStarted,
     kernel_connection,
 )
-from ..kernel_plan import KernelPlan, bootstrap, generate_ssh_keys, kernel_environ, labels
-from ..model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
-from ..mounts import Mount
-from ..runtime.protocol import READY_LINE
-from ..store import Transaction
-from .core import Core, Settings, move
+from ...kernel_plan import KernelPlan, bootstrap, generate_ssh_keys, kernel_environ, labels
+from ...model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
+from ...mounts import Mount
+from ...runtime.protocol import READY_LINE
+from ...store import Transaction
+from ..core import Core, Settings, move
+from ..requests.mount_check import ADMIN_MOUNTS, MountCheck
 from .images import ImagePresence
-from .mount_check import ADMIN_MOUNTS, MountCheck
 from .multinode import MultiNode
 from .sftp import record as sftp_record
 from .sftp import sftp_setup

@@ -10,10 +10,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from ..model import Agent, KernelRole, Session, Status
-from ..store import Transaction
-from .core import Core
-from .pool_config import warm_mark
+from ...model import Agent, KernelRole, Session, Status
+from ...store import Transaction
+from ..core import Core
+from ..pools.config import warm_mark
 
 __all__ = ["agents_view", "queue_view"]
 

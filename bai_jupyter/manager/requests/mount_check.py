@@ -18,11 +18,11 @@ from jupyter_core.paths import (
     jupyter_runtime_dir,
 )
 
-from ..agents.base import RUNTIME_DIR, AgentBackend, kernel_packages
-from ..model import Session
-from ..mounts import Mount, MountPolicy, MountRefused, make_folder, parse_mount
-from ..runtime.protocol import NOTEBOOK_DIR, WORK_DIR
-from .core import Core
+from ...agents.base import RUNTIME_DIR, AgentBackend, kernel_packages
+from ...model import Session
+from ...mounts import Mount, MountPolicy, MountRefused, make_folder, parse_mount
+from ...runtime.protocol import NOTEBOOK_DIR, WORK_DIR
+from ..core import Core
 
 __all__ = ["ADMIN_MOUNTS", "MountCheck"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..agents.base import AgentBackend, AgentError
-from ..agents.multinode import MultiNodeAgent, SwarmNode
-from ..errors import NotFound
-from ..kernel_plan import LABEL_ROOT, LABEL_SCOPE, LABEL_SESSION
-from .core import Core
+from ...agents.base import AgentBackend, AgentError
+from ...agents.multinode import MultiNodeAgent, SwarmNode
+from ...errors import NotFound
+from ...kernel_plan import LABEL_ROOT, LABEL_SCOPE, LABEL_SESSION
+from ..core import Core
 
 __all__ = ["HOW_TO_FORM", "SwarmNetworks"]
 

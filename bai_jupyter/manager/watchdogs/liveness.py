@@ -18,11 +18,11 @@ import dataclasses
 import time
 from typing import Protocol
 
-from ..agents.base import AgentBackend, AgentError
-from ..model import STARTING, Session, Status
-from ..store import Transaction
-from .core import ACTIVE, Core, move
-from .lifecycle import Lifecycle
+from ...agents.base import AgentBackend, AgentError
+from ...model import STARTING, Session, Status
+from ...store import Transaction
+from ..core import ACTIVE, Core, move
+from ..lifecycle.start_stop import Lifecycle
 from .reconcile import Reconciler
 
 __all__ = ["Liveness"]

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from ..agents.base import AgentBackend, AgentError
-from ..errors import InvalidRequest
-from ..model import ClusterMode, Session, SessionSpec
-from ..mounts import parse_mount
-from ..scheduler.placement import never_fits
-from .core import Core
-from .mount_check import MountCheck
+from ...agents.base import AgentBackend, AgentError
+from ...errors import InvalidRequest
+from ...model import ClusterMode, Session, SessionSpec
+from ...mounts import parse_mount
+from ...scheduler.placement import never_fits
+from ..core import Core
+from ..requests.mount_check import MountCheck
 from .shared_folders import SharedFolders
 from .swarm import SwarmNetworks
 

@@ -16,10 +16,10 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..agents.base import AgentError
-from ..errors import InvalidRequest
-from ..model import IllegalTransition, Session, Status
-from .core import Core, move
+from ...agents.base import AgentError
+from ...errors import InvalidRequest
+from ...model import IllegalTransition, Session, Status
+from ..core import Core, move
 
 __all__ = ["DEFAULT_HANG_TIMEOUTS", "HANG_STATES", "HangWatch", "hang_limits"]
 

@@ -14,10 +14,10 @@ import hashlib
 import hmac
 import time
 
-from ..errors import Forbidden
-from ..model import Session
-from ..store import Transaction
-from .core import Core
+from ...errors import Forbidden
+from ...model import Session
+from ...store import Transaction
+from ..core import Core
 
 __all__ = ["KernelTokens", "TokenSigner"]
 

@@ -1,0 +1,5 @@
+"""Inference endpoints: their records and the replicas that serve them.
+
+- :mod:`.service`: endpoints created, read, updated (a new generation), deleted;
+- :mod:`.replicas`: the loop that keeps each endpoint's replicas routed, healthy, scaled.
+"""
