@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from conftest import until
 from test_server_harness import MULTI_USER, Server, start_server
 
 from bai_jupyter.agents.docker import FIREWALL_CHAIN
@@ -327,10 +328,14 @@ async def test_the_owners_access_to_main1_comes_back_after_a_server_restart(
         srv = await asyncio.to_thread(start_server, tmp_path, config)
         client = srv.client(f"{owner}-token")
         assert (await client.get(session.id)).status is Status.RUNNING
-        reached = {
-            user: await asyncio.to_thread(_connect_as, user, host, port) for user in (owner, other)
-        }
-        assert reached == {owner: "connected", other: "ConnectionRefusedError"}, reached
+
+        async def owner_connects() -> bool:
+            return await asyncio.to_thread(_connect_as, owner, host, port) == "connected"
+
+        # The rules come back while the manager starts; on a loaded host, give it a moment.
+        await until(f"{owner} to reach main1 again", owner_connects, timeout=30, interval=0.5)
+        reached = await asyncio.to_thread(_connect_as, other, host, port)
+        assert reached == "ConnectionRefusedError", reached
     finally:
         await client.destroy(session.id)
         await asyncio.to_thread(srv.stop)
