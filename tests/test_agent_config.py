@@ -15,6 +15,7 @@ import pytest
 from traitlets import TraitError
 from traitlets.config import Config, LoggingConfigurable
 
+from bai_jupyter import plugins as lookup
 from bai_jupyter.agents import plugins
 from bai_jupyter.agents.base import (
     AgentBackend,
@@ -194,7 +195,7 @@ async def test_a_third_party_backend_plugs_in_the_same_way(
     def with_ours(group: str) -> list[EntryPoint]:
         return [*entry_points(group=group), ours]
 
-    monkeypatch.setattr(plugins, "entry_points", with_ours)
+    monkeypatch.setattr(lookup, "entry_points", with_ours)  # the one plugin lookup
     parent = _parent(tmp_path, Elsewhere={"slots": {"cpu": 1, "mem": "1g"}})
     (agent,) = await plugins.make_agents([{"backend": "elsewhere"}], "auto", parent)
     assert isinstance(agent, Elsewhere) and agent.id == "elsewhere-1"

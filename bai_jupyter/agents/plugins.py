@@ -8,13 +8,13 @@ subclass, so there is one lookup path for both, and the manager names none.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from importlib.metadata import entry_points
 from typing import Any
 
 from traitlets import TraitError
 from traitlets.config import Configurable
 
 from ..errors import InvalidRequest, Unavailable
+from ..plugins import PluginError, load_plugin, plugin_names
 from .base import AgentBackend
 
 __all__ = ["AUTO", "GROUP", "backend_class", "backend_names", "make_agents"]
@@ -28,19 +28,15 @@ DEFAULT_BACKEND = "docker"
 
 def backend_names() -> list[str]:
     """The names registered in the entry-point group."""
-    return sorted({ep.name for ep in entry_points(group=GROUP)})
+    return plugin_names(GROUP)
 
 
 def backend_class(name: str) -> type[AgentBackend]:
     """The backend registered as ``name``; InvalidRequest when there is none."""
-    matches = [ep for ep in entry_points(group=GROUP) if ep.name == name]
-    if not matches:
-        known = ", ".join(backend_names()) or "none"
-        raise InvalidRequest(f"unknown agent backend {name!r} (available: {known})")
-    cls = matches[0].load()
-    if not (isinstance(cls, type) and issubclass(cls, AgentBackend)):
-        raise InvalidRequest(f"{GROUP}:{name} is not an AgentBackend subclass")
-    return cls
+    try:
+        return load_plugin(GROUP, name, AgentBackend, "agent backend")  # type: ignore[type-abstract]
+    except PluginError as exc:
+        raise InvalidRequest(exc.message) from None
 
 
 async def make_agents(

@@ -19,6 +19,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend
 from ..errors import NotFound, Timeout, Unavailable
+from ..loops import Periodic
 from ..model import TRANSITIONS, Kernel, Session, Status
 from ..scheduler import SchedulerConfig
 from ..scheduler.selectors import AgentSelector
@@ -98,9 +99,10 @@ class Core:
         self.hub = EventHub()
         #: Every background task (starts, tear-downs, event handling, loops).
         self.tasks: set[asyncio.Task[Any]] = set()
-        #: The long-running loops among them (cancelled on stop, not awaited).
+        #: The long-running loops among them (cancelled on stop, and awaited).
         self.loops: set[asyncio.Task[Any]] = set()
-        self._wake = asyncio.Event()
+        #: Set to ask for a scheduling pass now (the scheduling loop waits on it).
+        self.wakeup = asyncio.Event()
 
     @property
     def log(self) -> logging.Logger | logging.LoggerAdapter[Any]:
@@ -125,33 +127,27 @@ class Core:
         if not task.cancelled() and task.exception() is not None:
             self.log.error("bai-jupyter: background task failed", exc_info=task.exception())
 
-    async def every(
-        self, interval: Callable[[], float], step: Callable[[], Awaitable[None]], what: str
-    ) -> None:
-        """Run ``step`` every ``interval()`` seconds until cancelled; a step that fails is
-        logged and the loop goes on (a watchdog must survive what it meets)."""
-        while True:
-            await asyncio.sleep(max(interval(), 0.05))
-            try:
-                await step()
-            except Exception:
-                self.log.exception("bai-jupyter: %s failed", what)
+    def every(
+        self,
+        interval: Callable[[], float],
+        step: Callable[[], Awaitable[object]],
+        what: str,
+        *,
+        minimum: float = 0.0,
+        wait_first: bool = True,
+        event: asyncio.Event | None = None,
+    ) -> Periodic:
+        """A loop that runs ``step`` every ``interval()`` seconds (or when ``event`` is set)
+        until cancelled; a step that fails goes to the manager's log and the loop goes on
+        (a watchdog must survive what it meets)."""
+        log = lambda: self.log  # noqa: E731
+        return Periodic(
+            step, interval, what, log, minimum=minimum, wait_first=wait_first, event=event
+        )
 
     def wake(self) -> None:
         """Ask for a scheduling pass now."""
-        self._wake.set()
-
-    async def woken(self, timeout: float) -> None:
-        """Wait for :meth:`wake` or ``timeout`` seconds, then clear the request.
-
-        Not ``asyncio.wait_for``: before Python 3.12 it swallows a cancellation that
-        arrives as the wake-up does, and the loop would outlive the manager's stop."""
-        waiter = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            waiter.cancel()
-        self._wake.clear()
+        self.wakeup.set()
 
     # --- the store ----------------------------------------------------------------------------
 

@@ -172,8 +172,13 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
             except Exception:  # stopping must complete
                 self.log.exception("bai-jupyter: ending the warm pools' sessions failed")
         self._started = False
-        for task in core.loops:
+        loops = list(core.loops)
+        for task in loops:
             task.cancel()
+        if loops:  # ended before anything below: no round runs on a closing manager
+            _, left = await asyncio.wait(loops, timeout=10)
+            for task in left:
+                self.log.warning("bai-jupyter: %r did not stop when cancelled", task)
         # Starts and tear-downs under way finish first: nothing is left half-removed.
         work = list(core.tasks - core.loops)
         if work:

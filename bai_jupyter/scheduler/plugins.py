@@ -1,14 +1,15 @@
 """Find sequencers and agent selectors by name through entry points.
 
 The built-ins are registered in ``pyproject.toml`` exactly as a third-party
-package would register its own, so there is one lookup path for both.
+package would register its own, so there is one lookup path for both: the
+package's one plugin lookup (``bai_jupyter.plugins``), as for agent backends.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
+from ..plugins import PluginError, load_plugin, plugin_names
 from .config import COMMON_OPTIONS, SchedulerConfig, SchedulerConfigError
 from .selectors import AgentSelector
 from .sequencers import Sequencer
@@ -21,20 +22,15 @@ T = TypeVar("T", Sequencer, AgentSelector)
 
 def available(group: str) -> list[str]:
     """Names registered in an entry-point group."""
-    return sorted({ep.name for ep in entry_points(group=group)})
+    return plugin_names(group)
 
 
 def _load(group: str, name: str, base: type[T]) -> type[T]:
-    matches = [ep for ep in entry_points(group=group) if ep.name == name]
-    if not matches:
-        kind = "sequencer" if base is Sequencer else "agent selector"
-        raise SchedulerConfigError(
-            f"unknown {kind} {name!r} (available: {', '.join(available(group)) or 'none'})"
-        )
-    cls = matches[0].load()
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise SchedulerConfigError(f"{group}:{name} is not a {base.__name__} subclass")
-    return cls
+    kind = "sequencer" if base is Sequencer else "agent selector"
+    try:
+        return load_plugin(group, name, base, kind)
+    except PluginError as exc:
+        raise SchedulerConfigError(exc.message) from None
 
 
 def load_plugins(config: SchedulerConfig) -> tuple[Sequencer, AgentSelector]:

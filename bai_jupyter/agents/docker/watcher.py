@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION
+from ...loops import Backoff
 from ..base import KernelEvent, KernelEventKind, task_timed_out
 from .engine import Engine
 from .networks import EGRESS_NETWORK, network_name
@@ -79,7 +80,7 @@ class EventWatcher(threading.Thread):
         agent_id = self.engine.agent_id
         client: Any = None
         last_nano = int(self.since * 1e9)
-        delay = 0.0  # after a failure: 1, 2, 4 … 10 s between tries; one warning per outage
+        backoff = Backoff(1.0, 10.0)  # 1, 2, 4 … 10 s between tries; one warning per outage
         while not self._stopping.is_set():
             stream: Any = None
             try:
@@ -97,9 +98,9 @@ class EventWatcher(threading.Thread):
                         stream.close()
                         break
                     self._stream = stream
-                if delay:
+                if backoff.failures:
                     self.log.info("agent %s: docker event stream back", agent_id)
-                delay = 0.0
+                backoff.reset()
                 for raw in stream:
                     nano = int(raw.get("timeNano") or 0)
                     if nano and nano < last_nano:
@@ -116,9 +117,9 @@ class EventWatcher(threading.Thread):
                     # of a failed connect, and this client's next connect would fail).
                     raise ConnectionError("the engine ended its event stream")
             except Exception as exc:  # engine gone or restarting: retry below
-                if not self._stopping.is_set() and not delay:
+                if not self._stopping.is_set() and not backoff.failures:
                     self.log.warning("agent %s: docker event stream failed: %s", agent_id, exc)
-                delay = min(max(delay * 2, 1.0), 10.0)
+                backoff.failed()
                 if client is not None:
                     with contextlib.suppress(Exception):
                         client.close()
@@ -129,7 +130,7 @@ class EventWatcher(threading.Thread):
                 if stream is not None:  # a broken stream holds its socket until closed
                     with contextlib.suppress(Exception):
                         stream.close()
-            self._stopping.wait(delay or 0.1)
+            self._stopping.wait(backoff.delay or 0.1)
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()

@@ -22,6 +22,7 @@ from traitlets.config import LoggingConfigurable
 from ...endpoints import Autoscaler, Endpoint, Replica, ReplicaState, Route, Router, plan_replicas
 from ...endpoints.health import check_health
 from ...errors import BaiError
+from ...loops import Backoff, Periodic
 from ...model import Session, Status
 from ..core import Core
 
@@ -88,8 +89,9 @@ class ReplicaKeeper(LoggingConfigurable):
         #: Endpoint id → what went wrong last (shown in its view until a replica starts).
         self.errors: dict[str, str] = {}
         self._scalers: dict[str, Autoscaler] = {}
-        #: Endpoint id → (failures in a row, no new replica before this monotonic time).
-        self._backoff: dict[str, tuple[int, float]] = {}
+        #: Endpoint id → its replicas' failures in a row, and no new replica before when.
+        self._backoff: dict[str, Backoff] = {}
+        self._not_before: dict[str, float] = {}
         #: Endpoint id → its replica sessions seen live in the last round.
         self._seen: dict[str, set[str]] = {}
         #: Replicas that were healthy once, and those we are ending.
@@ -108,14 +110,14 @@ class ReplicaKeeper(LoggingConfigurable):
 
     async def loop(self) -> None:
         """Rounds over the endpoints, until cancelled; a failed round is logged, not fatal."""
-        while True:
-            try:
-                await self.round()
-            except Exception:
-                self.log.exception("bai-jupyter: a round over the endpoints failed")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            self._wake.clear()
+        periodic = Periodic(
+            self.round,
+            lambda: self.interval,
+            "a round over the endpoints",
+            lambda: self.log,
+            event=self._wake,
+        )
+        await periodic.run()
 
     async def follow(self) -> None:
         """A replica leaving RUNNING gets no more requests at once; the next round starts now."""
@@ -200,7 +202,7 @@ class ReplicaKeeper(LoggingConfigurable):
                     f"replica {sid[:12]} drains",
                 )
             self._drain(route, sid, "endpoint-updated" if old else "endpoint-scaled-down")
-        not_before = self._backoff.get(endpoint.id, (0, 0.0))[1]
+        not_before = self._not_before.get(endpoint.id, 0.0)
         if plan.create and now >= not_before:
             for _ in range(plan.create):
                 if not await self._start_one(endpoint, now):
@@ -220,9 +222,7 @@ class ReplicaKeeper(LoggingConfigurable):
                 endpoint.id, endpoint.desired, f"replica {sid[:12]} ended ({info}): replaced"
             )
             if sid not in self._proven:
-                failures = self._backoff.get(endpoint.id, (0, 0.0))[0] + 1
-                wait = min(self.retry_backoff * 2 ** (failures - 1), 300.0)
-                self._backoff[endpoint.id] = (failures, now + wait)
+                wait = self._failed(endpoint.id, now)
                 self.errors[endpoint.id] = (
                     f"replica {sid[:12]} ended ({info}) before it was ever healthy; "
                     f"next try in {wait:g} s (its logs say why)"
@@ -269,6 +269,7 @@ class ReplicaKeeper(LoggingConfigurable):
             if replica.session_id not in self._proven:
                 self._proven.add(replica.session_id)
                 self._backoff.pop(endpoint.id, None)
+                self._not_before.pop(endpoint.id, None)
                 self.errors.pop(endpoint.id, None)
                 self.wake()  # routed now: a rollout or a scale-down may go on at once
             return
@@ -297,6 +298,14 @@ class ReplicaKeeper(LoggingConfigurable):
 
     # --- starting and ending replicas ---------------------------------------------------------
 
+    def _failed(self, endpoint_id: str, now: float) -> float:
+        """Count a replica of the endpoint that failed; the seconds before the next try."""
+        backoff = self._backoff.setdefault(endpoint_id, Backoff(self.retry_backoff, 300.0))
+        backoff.first = self.retry_backoff  # the setting as it is now
+        wait = backoff.failed()
+        self._not_before[endpoint_id] = now + wait
+        return wait
+
     async def _start_one(self, endpoint: Endpoint, now: float) -> bool:
         meta = {
             REPLICA_META: {
@@ -308,9 +317,7 @@ class ReplicaKeeper(LoggingConfigurable):
         try:
             session = await self._start(endpoint.spec.replica, endpoint.owner, meta)
         except BaiError as exc:
-            failures = self._backoff.get(endpoint.id, (0, 0.0))[0] + 1
-            wait = min(self.retry_backoff * 2 ** (failures - 1), 300.0)
-            self._backoff[endpoint.id] = (failures, now + wait)
+            wait = self._failed(endpoint.id, now)
             self.errors[endpoint.id] = f"a replica could not start: {exc}; next try in {wait:g} s"
             self.log.warning(
                 "bai-jupyter: endpoint %s: %s", endpoint.name, self.errors[endpoint.id]

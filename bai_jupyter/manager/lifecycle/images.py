@@ -98,14 +98,20 @@ class ImagePresence:
             s.status_data = {**s.status_data, "pulling": {"image": image, "agents": plan}}
 
         await self.core.edit(session.id, pulling)
-        flusher = asyncio.ensure_future(self._flush(session.id, image, plan))
+        written: list[Any] = []
+
+        async def flush() -> None:
+            await self._flush(session.id, image, plan, written)
+
+        flusher = self.core.every(lambda: _FLUSH_EVERY, flush, "writing the pull's progress")
+        flusher.start()
         try:
             results = await asyncio.gather(
                 *(self._fetch(agent, image, plan[agent.id]) for agent in missing),
                 return_exceptions=True,
             )
         finally:
-            flusher.cancel()
+            await flusher.stop()
         await self._write(session.id, image, plan)
         for result in results:
             if isinstance(result, BaseException):
@@ -169,15 +175,14 @@ class ImagePresence:
                 )
                 raise AgentError(f"agent {agent.id} could not get image {image}: {why}")
 
-    async def _flush(self, session_id: str, image: str, plan: dict[str, dict[str, Any]]) -> None:
-        """Write the progress to the store while it changes."""
-        written: list[Any] = []
-        while True:
-            await asyncio.sleep(_FLUSH_EVERY)
-            now = [dict(entry) for entry in plan.values()]
-            if now != written:
-                await self._write(session_id, image, plan)
-                written = now
+    async def _flush(
+        self, session_id: str, image: str, plan: dict[str, dict[str, Any]], written: list[Any]
+    ) -> None:
+        """Write the progress to the store if it changed since ``written`` (what was)."""
+        now = [dict(entry) for entry in plan.values()]
+        if now != written:
+            await self._write(session_id, image, plan)
+            written[:] = now
 
     async def _write(self, session_id: str, image: str, plan: dict[str, dict[str, Any]]) -> None:
         agents = {

@@ -95,17 +95,12 @@ class WarmPools:
 
     async def loop(self) -> None:
         """A round every ``warm_pool_interval`` seconds, or at once when woken."""
-        while True:
-            try:
-                await self.round()
-            except Exception:
-                self.core.log.exception("bai-jupyter: the warm pools' round failed")
-            waiter = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait({waiter}, timeout=max(self.settings.warm_pool_interval, 0.1))
-            finally:
-                waiter.cancel()
-            self._wake.clear()
+        interval = lambda: self.settings.warm_pool_interval  # noqa: E731
+        what = "the warm pools' round"
+        periodic = self.core.every(
+            interval, self.round, what, minimum=0.1, wait_first=False, event=self._wake
+        )
+        await periodic.run()
 
     def wake(self) -> None:
         """Ask for a round now (a claim took a warm session)."""

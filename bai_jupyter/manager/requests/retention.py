@@ -6,7 +6,6 @@ can still read why it ended; without a limit they would pile up forever.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Protocol
 
@@ -53,14 +52,16 @@ class Retention:
     async def loop(self) -> None:
         """Ended sessions do not pile up: delete those past ``ended_retention``."""
         settings = self.settings
-        while settings.ended_retention > 0:
-            try:
-                gone = await self.purge_ended(settings.ended_retention)
-            except Exception:
-                self.core.log.exception("bai-jupyter: deleting ended sessions failed")
-            else:
-                if gone:
-                    self.core.log.info(
-                        "bai-jupyter: deleted %d ended sessions past retention", gone
-                    )
-            await asyncio.sleep(max(settings.retention_interval, 1.0))
+        if settings.ended_retention <= 0:
+            return
+        interval = lambda: settings.retention_interval  # noqa: E731
+        what = "deleting ended sessions"
+        await self.core.every(interval, self._purge_old, what, minimum=1.0, wait_first=False).run()
+
+    async def _purge_old(self) -> None:
+        retention = self.settings.ended_retention
+        if retention <= 0:
+            return  # turned off meanwhile
+        gone = await self.purge_ended(retention)
+        if gone:
+            self.core.log.info("bai-jupyter: deleted %d ended sessions past retention", gone)

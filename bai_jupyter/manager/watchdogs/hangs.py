@@ -85,7 +85,8 @@ class HangWatch:
 
     async def loop(self) -> None:
         """Check every ``watchdog_interval`` seconds."""
-        await self.core.every(lambda: self.settings.watchdog_interval, self.check, "the hang check")
+        interval = lambda: self.settings.watchdog_interval  # noqa: E731
+        await self.core.every(interval, self.check, "the hang check", minimum=0.05).run()
 
     async def check(self) -> None:
         """Force every overdue session out; ask again to remove what is still there."""

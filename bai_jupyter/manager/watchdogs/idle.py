@@ -123,7 +123,8 @@ class IdleWatch:
 
     async def loop(self) -> None:
         """Check every ``watchdog_interval`` seconds."""
-        await self.core.every(lambda: self.settings.watchdog_interval, self.check, "the idle check")
+        interval = lambda: self.settings.watchdog_interval  # noqa: E731
+        await self.core.every(interval, self.check, "the idle check", minimum=0.05).run()
 
     async def check(self) -> None:
         """One look at every running session."""

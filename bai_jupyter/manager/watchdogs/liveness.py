@@ -57,12 +57,9 @@ class Liveness:
 
     async def loop(self) -> None:
         """Check every agent, then wait ``agent_check_interval``; survive anything."""
-        while True:
-            try:
-                await self.check()
-            except Exception:  # the loop must outlive any one check
-                self.core.log.exception("bai-jupyter: checking the agents failed")
-            await asyncio.sleep(max(self.settings.agent_check_interval, 0.1))
+        interval = lambda: self.settings.agent_check_interval  # noqa: E731
+        what = "checking the agents"
+        await self.core.every(interval, self.check, what, minimum=0.1, wait_first=False).run()
 
     async def check(self) -> None:
         """Ask every agent at once; mark the long-silent lost, reconcile the returned."""

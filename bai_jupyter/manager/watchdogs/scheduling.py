@@ -97,12 +97,8 @@ class Scheduling:
 
     async def loop(self, interval: Callable[[], float]) -> None:
         """Pass whenever woken, and at least every ``interval()`` seconds; survive anything."""
-        while True:
-            await self.core.woken(interval())
-            try:
-                await self.pass_now()
-            except Exception:  # the loop must survive anything a pass hits
-                self.core.log.exception("bai-jupyter: scheduling pass failed")
+        core = self.core
+        await core.every(interval, self.pass_now, "scheduling pass", event=core.wakeup).run()
 
     async def pass_now(self) -> None:
         """One pass over every resource group; start what was placed."""

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ...model import Agent, SessionSpec
+from ...plugins import PluginError, check_known
 from ...request import SpecError, parse_spec
 from ...request.parsers import nonempty_str, show
 from ...request.schema import unknown_field
 from ...resources import ResourceError, ResourceSlot, parse_amount
 from ..config import SchedulerConfig, SchedulerConfigError
-from ..plugins import SELECTOR_GROUP, SEQUENCER_GROUP, available, load_plugins
+from ..plugins import SELECTOR_GROUP, SEQUENCER_GROUP, load_plugins
 from ..selectors import AgentSelector
 from ..sequencers import Sequencer
 
@@ -145,9 +146,10 @@ def resolve_scheduler(
         (sequencer, SEQUENCER_GROUP, "sequencer", seq_path),
         (selector, SELECTOR_GROUP, "agent selector", sel_path),
     ):
-        names = available(group)
-        if name not in names:
-            raise TraceError(path, f"unknown {kind} {name!r} (available: {', '.join(names)})")
+        try:
+            check_known(group, name, kind)
+        except PluginError as exc:
+            raise TraceError(path, exc.message) from None
     options = dict(trace.options)
     paths = {key: f"scheduler.options.{key}" for key in options}
     for key, value in overrides.options.items():
