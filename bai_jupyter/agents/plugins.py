@@ -14,7 +14,7 @@ from typing import Any
 from traitlets import TraitError
 from traitlets.config import Configurable
 
-from ..errors import InvalidRequest, Unavailable
+from ..errors import ConfigError, Unavailable
 from .base import AgentBackend
 
 __all__ = ["AUTO", "GROUP", "backend_class", "backend_names", "make_agents"]
@@ -32,14 +32,14 @@ def backend_names() -> list[str]:
 
 
 def backend_class(name: str) -> type[AgentBackend]:
-    """The backend registered as ``name``; InvalidRequest when there is none."""
+    """The backend registered as ``name``; ConfigError when there is none."""
     matches = [ep for ep in entry_points(group=GROUP) if ep.name == name]
     if not matches:
         known = ", ".join(backend_names()) or "none"
-        raise InvalidRequest(f"unknown agent backend {name!r} (available: {known})")
+        raise ConfigError(f"unknown agent backend {name!r} (available: {known})")
     cls = matches[0].load()
     if not (isinstance(cls, type) and issubclass(cls, AgentBackend)):
-        raise InvalidRequest(f"{GROUP}:{name} is not an AgentBackend subclass")
+        raise ConfigError(f"{GROUP}:{name} is not an AgentBackend subclass")
     return cls
 
 
@@ -59,7 +59,7 @@ def _configured(index: int, conf: Mapping[str, Any], parent: Configurable) -> Ag
     known = set(cls.class_trait_names(config=True))
     unknown = sorted(set(options) - known)
     if unknown:
-        raise InvalidRequest(
+        raise ConfigError(
             f"agents[{index}]: the {name} backend has no option {', '.join(unknown)} "
             f"(options: {', '.join(sorted(known))})"
         )
@@ -67,7 +67,7 @@ def _configured(index: int, conf: Mapping[str, Any], parent: Configurable) -> Ag
     try:
         return cls(parent=parent, **options)
     except TraitError as exc:
-        raise InvalidRequest(f"agents[{index}]: {exc}") from exc
+        raise ConfigError(f"agents[{index}]: {exc}") from exc
 
 
 async def _chosen(backend: str, parent: Configurable) -> AgentBackend:

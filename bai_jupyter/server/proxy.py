@@ -98,7 +98,7 @@ class SessionProxyHandler(JupyterHandler):
             if exc.status == 503:
                 self.set_header("Retry-After", "2")
             self.set_header("Content-Type", "application/json")
-            self.finish(error_body(exc.code, exc.message))
+            self.finish(error_body(exc.code, exc.message, exc.field))
 
     def _upgrade(self) -> bool:
         return self.request.headers.get("Upgrade", "").lower() == "websocket"
