@@ -1,8 +1,9 @@
 """Errors a front end shows to a user, each with a stable code and an HTTP status.
 
 The manager raises only these; the REST layer turns them into
-``{"error": code, "message": text}`` with ``status``, the magics and the CLI
-print the message in one line.
+``{"error": code, "message": text}`` with ``status`` (plus ``"field"``, the
+request field's dotted path, when the error is about one), the magics and the
+CLI print the message in one line.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ class BaiError(Exception):
     code = "error"
     status = 500
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        #: The request field the error is about, as a dotted path (``resources.cpu``,
+        #: ``mounts[2]``, ``roles[1].image``, ``name``); ``None``: the request as a whole.
+        self.field = field or None
 
 
 class InvalidRequest(BaiError):
@@ -24,6 +28,14 @@ class InvalidRequest(BaiError):
 
     code = "invalid-request"
     status = 400
+
+
+class ConfigError(BaiError):
+    """The operator's configuration is wrong (a setting of the manager, a resource group,
+    the policies): not the request's fault, so not a 400; the message names the setting."""
+
+    code = "configuration"
+    status = 500
 
 
 class Forbidden(BaiError):

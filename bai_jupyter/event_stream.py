@@ -22,6 +22,7 @@ _ERRORS: dict[str, type[errors.BaiError]] = {
     cls.code: cls
     for cls in (
         errors.InvalidRequest,
+        errors.ConfigError,
         errors.Forbidden,
         errors.NotFound,
         errors.Conflict,
@@ -29,7 +30,10 @@ _ERRORS: dict[str, type[errors.BaiError]] = {
         errors.Timeout,
     )
 }
-_BY_STATUS: dict[int, type[errors.BaiError]] = {cls.status: cls for cls in _ERRORS.values()}
+#: By status alone (a reply without our body): a 500 is no configuration error.
+_BY_STATUS: dict[int, type[errors.BaiError]] = {
+    cls.status: cls for cls in _ERRORS.values() if cls is not errors.ConfigError
+}
 _BY_STATUS[401] = errors.Forbidden
 
 
@@ -143,18 +147,19 @@ class EventStream:
 
 def api_error(status: int, reason: str, body: bytes | None) -> errors.BaiError:
     """The :mod:`bai_jupyter.errors` instance for an error reply of the API (or of Jupyter)."""
-    code, message = "", ""
+    code, message, field = "", "", None
     with contextlib.suppress(ValueError, AttributeError, TypeError):
         data = json.loads(body or b"")
         code = str(data.get("error") or "")
         message = str(data.get("message") or data.get("reason") or "")
+        field = str(data["field"]) if data.get("field") else None
     cls = _ERRORS.get(code) or _BY_STATUS.get(status)
     if not message:
         message = f"HTTP {status} {reason}"
     if status in (401, 403):
         message += " (check BAI_JUPYTER_TOKEN)"
     if cls is None:
-        error = errors.BaiError(message)
+        error = errors.BaiError(message, field)
         error.status = status
         return error
-    return cls(message)
+    return cls(message, field)

@@ -37,7 +37,13 @@ _SIZE_RE = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+))\s*([a-z]?)(i?b?)\s*$", re
 
 
 class ResourceError(ValueError):
-    """A malformed, negative or unknown resource amount; the message names the slot."""
+    """A malformed, negative or unknown resource amount; the message names the slot.
+
+    ``field``: the request field's dotted path (``resources.cpu``) where one is known."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def parse_amount(slot: str, value: Amount) -> Decimal:

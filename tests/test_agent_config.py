@@ -26,7 +26,7 @@ from bai_jupyter.agents.base import (
 )
 from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.agents.local import LocalAgent
-from bai_jupyter.errors import InvalidRequest, Unavailable
+from bai_jupyter.errors import ConfigError, Unavailable
 from bai_jupyter.kernel_plan import KernelPlan
 from bai_jupyter.model import ExecResult
 from bai_jupyter.resources import ResourceSlot
@@ -141,7 +141,7 @@ def test_backends_are_found_by_name() -> None:
     assert plugins.backend_class("docker") is DockerAgent
     assert plugins.backend_class("local") is LocalAgent
     assert {"docker", "local"} <= set(plugins.backend_names())
-    with pytest.raises(InvalidRequest, match=r"unknown agent backend 'nope' \(available: "):
+    with pytest.raises(ConfigError, match=r"unknown agent backend 'nope' \(available: "):
         plugins.backend_class("nope")
 
 
@@ -157,9 +157,9 @@ async def test_configured_agents_set_traits_over_the_class_config(tmp_path: Path
     assert await first.capacity() == ResourceSlot({"cpu": 2, "mem": "2g"})
     assert (second.id, second.resource_group, second.kill_grace) == ("mine", "gpu", 9.0)
     unknown = r"agents\[0\]: the local backend has no option capacity \(options: id, kill_"
-    with pytest.raises(InvalidRequest, match=unknown):
+    with pytest.raises(ConfigError, match=unknown):
         await plugins.make_agents([{"backend": "local", "capacity": {}}], "auto", parent)
-    with pytest.raises(InvalidRequest, match=r"agents\[1\]: .*mem"):
+    with pytest.raises(ConfigError, match=r"agents\[1\]: .*mem"):
         await plugins.make_agents([{"backend": "local"}, {"slots": {"mem": "x"}}], "auto", parent)
 
 

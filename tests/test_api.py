@@ -196,9 +196,11 @@ async def test_a_reason_to_end_a_session_is_a_bounded_kebab_case_word(server: Se
         assert reply.code == 400, (reason, reply.body)
         error = body(reply)
         assert error["error"] == "invalid-request" and error["message"].startswith("reason: ")
+        assert error["field"] == "reason"
         assert "kebab-case" in error["message"]
-    with pytest.raises(InvalidRequest, match="reason: "):
+    with pytest.raises(InvalidRequest, match="reason: ") as refused:
         await server.client(alice).destroy(sid, reason="x" * 20_000)
+    assert refused.value.field == "reason"  # the client keeps the body's field
     assert (
         body(await server.fetch("GET", f"bai/api/v1/sessions/{sid}", token=alice))["status"]
         == "PENDING"
@@ -229,34 +231,48 @@ async def test_one_owners_pending_sessions_are_capped_by_default(tmp_path: Any) 
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "payload", "status", "needle"),
+    ("method", "path", "payload", "status", "needle", "field"),
     [
-        ("POST", "sessions", {"imgae": "x"}, 400, "did you mean 'image'"),
-        ("POST", "sessions", {"resources": {"cpu": "-1"}}, 400, "must not be negative"),
-        ("POST", "sessions", {"resources": {"cpu": "4096"}}, 400, "cpu"),
-        ("POST", "sessions", {"cluster_size": 0}, 400, "cluster_size"),
-        ("POST", "sessions", {"template": "nope"}, 404, "nope"),
-        ("POST", "sessions", {"template": 3}, 400, "template"),
-        ("POST", "sessions", {"meta": []}, 400, "meta"),
-        ("POST", "sessions", {"resource_group": "gpu"}, 400, "resource_group"),
-        ("POST", "sessions", {"depends_on": ["ghost"]}, 400, "depends_on"),
-        ("POST", "sessions", b"{not json", 400, "not valid JSON"),
-        ("POST", "sessions", b"[1, 2]", 400, "JSON object"),
-        ("GET", "sessions?status=SLEEPING", None, 400, "SLEEPING"),
-        ("GET", "sessions?type=quantum", None, 400, "quantum"),
-        ("GET", "sessions/0123456789abcdef", None, 404, "0123456789abcdef"),
-        ("GET", "templates/nothing", None, 404, "nothing"),
-        ("POST", "templates", {"name": "bad", "spec": {"cpu": 1}}, 400, "spec.cpu"),
-        ("POST", "templates", {"name": "bad", "owner": "x"}, 400, "owner"),
-        ("PUT", "templates/t1", {"name": "t2"}, 400, "differs"),
-        ("POST", "templates", {"name": "s", "shared": True}, 403, "admin"),
-        ("DELETE", "templates/none", None, 404, "none"),
-        ("PATCH", "sessions", None, 405, ""),
+        ("POST", "sessions", {"imgae": "x"}, 400, "did you mean 'image'", "imgae"),
+        (
+            "POST",
+            "sessions",
+            {"resources": {"cpu": "-1"}},
+            400,
+            "must not be negative",
+            "resources.cpu",
+        ),
+        ("POST", "sessions", {"resources": {"cpu": "4096"}}, 400, "cpu", "resources"),
+        ("POST", "sessions", {"cluster_size": 0}, 400, "cluster_size", "cluster_size"),
+        ("POST", "sessions", {"template": "nope"}, 404, "nope", "template"),
+        ("POST", "sessions", {"template": 3}, 400, "template", "template"),
+        ("POST", "sessions", {"meta": []}, 400, "meta", "meta"),
+        ("POST", "sessions", {"resource_group": "gpu"}, 400, "resource_group", "resource_group"),
+        ("POST", "sessions", {"depends_on": ["ghost"]}, 400, "depends_on", "depends_on"),
+        ("POST", "sessions", b"{not json", 400, "not valid JSON", None),
+        ("POST", "sessions", b"[1, 2]", 400, "JSON object", None),
+        ("GET", "sessions?status=SLEEPING", None, 400, "SLEEPING", "status"),
+        ("GET", "sessions?type=quantum", None, 400, "quantum", "type"),
+        ("GET", "sessions/0123456789abcdef", None, 404, "0123456789abcdef", None),
+        ("GET", "templates/nothing", None, 404, "nothing", None),
+        ("POST", "templates", {"name": "bad", "spec": {"cpu": 1}}, 400, "spec.cpu", "spec.cpu"),
+        ("POST", "templates", {"name": "bad", "owner": "x"}, 400, "owner", "owner"),
+        ("PUT", "templates/t1", {"name": "t2"}, 400, "differs", "name"),
+        ("POST", "templates", {"name": "s", "shared": True}, 403, "admin", None),
+        ("DELETE", "templates/none", None, 404, "none", None),
+        ("PATCH", "sessions", None, 405, "", None),
     ],
 )
 async def test_errors_are_json_with_the_right_status(
-    server: Server, method: str, path: str, payload: Any, status: int, needle: str
+    server: Server,
+    method: str,
+    path: str,
+    payload: Any,
+    status: int,
+    needle: str,
+    field: str | None,
 ) -> None:
+    """Each error names its request field in ``field`` (a front end points at it), if any."""
     raw = payload if isinstance(payload, bytes) else None
     data = None if isinstance(payload, bytes) else payload
     reply = await server.fetch(
@@ -264,8 +280,9 @@ async def test_errors_are_json_with_the_right_status(
     )
     assert reply.code == status, reply.body
     error = body(reply)
-    assert set(error) == {"error", "message"}
+    assert set(error) == {"error", "message"} | ({"field"} if field else set())
     assert needle in error["message"]
+    assert error.get("field") == field
 
 
 async def test_name_conflict_is_409(server: Server) -> None:
@@ -274,6 +291,7 @@ async def test_name_conflict_is_409(server: Server) -> None:
     assert first.code == 201
     second = await server.fetch("POST", "bai/api/v1/sessions", request, token="bob-token")
     assert (second.code, body(second)["error"]) == (409, "conflict")
+    assert body(second)["field"] == "name"
     # Another user may use the same name.
     alices = await server.fetch("POST", "bai/api/v1/sessions", request, token="alice-token")
     assert alices.code == 201
@@ -620,6 +638,7 @@ async def test_logs_tail_gives_the_last_lines_and_is_checked(server: Server, run
         reply = await server.fetch("GET", f"{path}?tail={bad}", token="alice-token")
         assert reply.code == 400, bad
         assert body(reply)["error"] == "invalid-request" and "tail" in body(reply)["message"]
+        assert body(reply)["field"] == "tail"
 
 
 async def test_exec_output_past_the_limit_keeps_its_end_and_says_how_much_was_cut(

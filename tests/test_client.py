@@ -53,11 +53,13 @@ async def test_errors_come_back_as_the_same_classes(server: Server) -> None:
     client = server.client()
     with pytest.raises(errors.NotFound, match="no session 'ghost'"):
         await client.get("ghost")
-    with pytest.raises(errors.InvalidRequest, match="cluster_size"):
+    with pytest.raises(errors.InvalidRequest, match="cluster_size") as bad:
         await client.create({"cluster_size": 0})
+    assert bad.value.field == "cluster_size"  # the body's field, kept
     pending = await client.create({"name": "dup", "starts_at": 4e9})
-    with pytest.raises(errors.Conflict, match="dup"):
+    with pytest.raises(errors.Conflict, match="dup") as taken:
         await client.create({"name": "dup"})
+    assert taken.value.field == "name"
     with pytest.raises(errors.Timeout, match="still PENDING"):
         await client.wait_for(pending.id, {Status.RUNNING}, timeout=0.5)
     await client.destroy(pending.id)

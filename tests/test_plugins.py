@@ -10,7 +10,7 @@ from bai_jupyter import plugins as lookup
 from bai_jupyter.agents.base import AgentBackend
 from bai_jupyter.agents.plugins import GROUP as AGENTS
 from bai_jupyter.agents.plugins import backend_class
-from bai_jupyter.errors import InvalidRequest
+from bai_jupyter.errors import ConfigError
 from bai_jupyter.plugins import PluginError, check_known, load_plugin, plugin_names
 from bai_jupyter.scheduler.config import SchedulerConfigError
 from bai_jupyter.scheduler.plugins import SELECTOR_GROUP, SEQUENCER_GROUP, _load
@@ -47,7 +47,7 @@ def test_a_class_of_another_kind_is_refused() -> None:
 
 
 def test_each_caller_raises_its_own_error_with_the_same_message() -> None:
-    with pytest.raises(InvalidRequest, match=r"^unknown agent backend 'nope' \(available: "):
+    with pytest.raises(ConfigError, match=r"^unknown agent backend 'nope' \(available: "):
         backend_class("nope")
     with pytest.raises(SchedulerConfigError) as info:
         _load(SELECTOR_GROUP, "random", AgentSelector)

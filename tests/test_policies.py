@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bai_jupyter.errors import InvalidRequest
+from bai_jupyter.errors import ConfigError
 from bai_jupyter.manager.requests.policies import Policies
 from bai_jupyter.model import Agent, Session, SessionSpec
 from bai_jupyter.resources import ResourceSlot
@@ -89,7 +89,7 @@ def test_scheduler_limits_fall_back_to_the_resource_groups() -> None:
     ],
 )
 def test_a_wrong_policy_is_refused_saying_where(config: dict[str, object]) -> None:
-    with pytest.raises(InvalidRequest, match="policies"):
+    with pytest.raises(ConfigError, match="policies"):
         Policies(config)
 
 

@@ -22,7 +22,7 @@ from conftest import docker_client, started_manager, until
 from test_server_harness import Server, end_all, free_port, serving, start_server, stdout_of
 
 from bai_jupyter import kernelspecs
-from bai_jupyter.errors import Forbidden, InvalidRequest
+from bai_jupyter.errors import ConfigError, Forbidden
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.manager.pools.config import POOL_OWNER, parse_pools, pool_key
@@ -62,7 +62,7 @@ def test_a_pool_setting_is_checked_and_names_the_bad_entry() -> None:
         ([{"name": "a", "max_slots": {"cpu": "lots"}}], "warm_pools[0].max_slots"),
     ]
     for setting, message in cases:
-        with pytest.raises(InvalidRequest, match=message.replace("[", r"\[").replace("]", r"\]")):
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
             parse_pools(setting)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from traitlets import TraitError
 from traitlets.config import Configurable
 
-from ..errors import InvalidRequest, Unavailable
+from ..errors import ConfigError, Unavailable
 from ..plugins import PluginError, load_plugin, plugin_names
 from .base import AgentBackend
 
@@ -32,11 +32,11 @@ def backend_names() -> list[str]:
 
 
 def backend_class(name: str) -> type[AgentBackend]:
-    """The backend registered as ``name``; InvalidRequest when there is none."""
+    """The backend registered as ``name``; ConfigError when there is none."""
     try:
         return load_plugin(GROUP, name, AgentBackend, "agent backend")  # type: ignore[type-abstract]
     except PluginError as exc:
-        raise InvalidRequest(exc.message) from None
+        raise ConfigError(exc.message) from None
 
 
 async def make_agents(
@@ -55,7 +55,7 @@ def _configured(index: int, conf: Mapping[str, Any], parent: Configurable) -> Ag
     known = set(cls.class_trait_names(config=True))
     unknown = sorted(set(options) - known)
     if unknown:
-        raise InvalidRequest(
+        raise ConfigError(
             f"agents[{index}]: the {name} backend has no option {', '.join(unknown)} "
             f"(options: {', '.join(sorted(known))})"
         )
@@ -63,7 +63,7 @@ def _configured(index: int, conf: Mapping[str, Any], parent: Configurable) -> Ag
     try:
         return cls(parent=parent, **options)
     except TraitError as exc:
-        raise InvalidRequest(f"agents[{index}]: {exc}") from exc
+        raise ConfigError(f"agents[{index}]: {exc}") from exc
 
 
 async def _chosen(backend: str, parent: Configurable) -> AgentBackend:

@@ -132,5 +132,5 @@ def batch_request(args: Any, command: str) -> dict[str, Any]:
     try:
         validate_partial(request)
     except SpecError as exc:
-        raise InvalidRequest(str(exc)) from None
+        raise InvalidRequest(str(exc), field=exc.field) from None
     return request

@@ -308,7 +308,9 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         live while it runs (read from the agent as a stream), kept in the store after."""
         lines = self.log_tail if tail is None else tail
         if not 1 <= lines <= MAX_LOG_TAIL:
-            raise InvalidRequest(f"tail: must be 1 to {MAX_LOG_TAIL} lines, got {lines}")
+            raise InvalidRequest(
+                f"tail: must be 1 to {MAX_LOG_TAIL} lines, got {lines}", field="tail"
+            )
         session = await self.get(key, owner)
         target = find_kernel(session, kernel)
         kept = await self.core.query(lambda tx: tx.get_logs(target.id))

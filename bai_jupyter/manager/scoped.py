@@ -124,7 +124,7 @@ class ScopedManager:
     async def destroy(self, key: str, reason: str = "user-requested") -> Session:
         problem = reason_problem(reason)
         if problem is not None:  # it becomes status_info, shown everywhere
-            raise InvalidRequest(f"reason: {problem}")
+            raise InvalidRequest(f"reason: {problem}", field="reason")
 
         async def call() -> Session:
             session = await self._resolve(key, "write")
@@ -225,7 +225,7 @@ class ScopedManager:
                 }
             )
         except SpecError as exc:
-            raise InvalidRequest(str(exc)) from exc
+            raise InvalidRequest(str(exc), field=exc.field) from exc
 
     async def create_template(
         self, name: str, spec: Mapping[str, Any], description: str = "", shared: bool = False

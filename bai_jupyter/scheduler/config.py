@@ -156,7 +156,8 @@ class SchedulerConfig:
             if amount is not None and amount < least:
                 raise ResourceError(
                     f"resources.{slot}: {format_amount(slot, amount)} is below the minimum "
-                    f"{format_amount(slot, least)} of this resource group"
+                    f"{format_amount(slot, least)} of this resource group",
+                    field=f"resources.{slot}",
                 )
         filled = dict(requested)
         for slot, amount in self.default_resources.items():

@@ -64,9 +64,12 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def error_body(code: str, message: str) -> str:
-    """The API's one error shape."""
-    return json.dumps({"error": code, "message": message})
+def error_body(code: str, message: str, field: str | None = None) -> str:
+    """The API's one error shape; ``field`` (the request field's dotted path) when known."""
+    body = {"error": code, "message": message}
+    if field:
+        body["field"] = field
+    return json.dumps(body)
 
 
 class Extension(Protocol):
@@ -98,7 +101,8 @@ class Extension(Protocol):
 
 
 class BaiHandler(RedactedLog, ExtensionHandlerMixin, APIHandler):
-    """Base of the REST handlers: errors as ``{"error", "message"}``, never a traceback."""
+    """Base of the REST handlers: errors as ``{"error", "message"}`` (and ``"field"``),
+    never a traceback."""
 
     auth_resource = SESSIONS
     #: What the route's key (its first path argument) names: ``"session"`` (an id or a
@@ -127,8 +131,9 @@ class BaiHandler(RedactedLog, ExtensionHandlerMixin, APIHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        field = None
         if isinstance(exc, BaiError):
-            status_code, code, message = exc.status, exc.code, exc.message
+            status_code, code, message, field = exc.status, exc.code, exc.message, exc.field
             self.set_status(status_code)
             if status_code == 503:
                 self.set_header("Retry-After", "2")
@@ -140,7 +145,7 @@ class BaiHandler(RedactedLog, ExtensionHandlerMixin, APIHandler):
         else:
             code, message = "internal-error", "internal error; the server log has the details"
         self.set_header("Content-Type", "application/json")
-        self.finish(error_body(code, message))
+        self.finish(error_body(code, message, field))
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, BaiError):

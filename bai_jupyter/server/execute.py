@@ -26,17 +26,22 @@ class ExecuteHandler(BaiHandler):
         unknown = [k for k in body if k not in _BODY_KEYS]
         if unknown:
             raise InvalidRequest(
-                f"{unknown[0]}: unknown field; known fields: {', '.join(_BODY_KEYS)}"
+                f"{unknown[0]}: unknown field; known fields: {', '.join(_BODY_KEYS)}",
+                field=unknown[0],
             )
         mode = body.get("mode", "query")
         if mode not in MODES:
-            raise InvalidRequest(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+            raise InvalidRequest(
+                f"mode: must be one of {', '.join(MODES)}, got {mode!r}", field="mode"
+            )
         code = body.get("code", "")
         if not isinstance(code, str):
-            raise InvalidRequest(f"code: must be a string, got {json.dumps(code)[:60]}")
+            raise InvalidRequest(
+                f"code: must be a string, got {json.dumps(code)[:60]}", field="code"
+            )
         run_id = body.get("run_id")
         if run_id is not None and (not isinstance(run_id, str) or not 0 < len(run_id) <= 64):
-            raise InvalidRequest("run_id: must be a string of 1 to 64 characters")
+            raise InvalidRequest("run_id: must be a string of 1 to 64 characters", field="run_id")
         session = await self.api.get(key, connection=True)
         self.app.activity.note(self.api, session.id, "execute")
         self.write_json(await self.app.runs.step(session, mode, code, run_id))

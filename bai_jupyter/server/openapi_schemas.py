@@ -37,7 +37,9 @@ def reply(description: str, schema: dict[str, Any] | None = None) -> dict[str, A
 
 
 ERRORS = {
-    "400": reply("invalid input: the message names the field and what to fix", ref("Error")),
+    "400": reply(
+        "invalid input: the message says what to fix, field names the field", ref("Error")
+    ),
     "403": reply("not authenticated, or not authorized for this resource", ref("Error")),
     "404": reply("no such session (of yours), template or kernel", ref("Error")),
     "409": reply("name taken, or the session is in the wrong state", ref("Error")),
@@ -145,6 +147,11 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "error": {"type": "string", "description": "stable code, e.g. invalid-request"},
             "message": {"type": "string", "description": "what is wrong and what to do"},
+            "field": {
+                "type": "string",
+                "description": "the request field the error is about, as a dotted path "
+                "(resources.cpu, mounts, roles[1].image, name); absent: the request as a whole",
+            },
         },
     },
     "SessionRequest": {

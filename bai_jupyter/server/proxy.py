@@ -107,7 +107,7 @@ class SessionProxyHandler(RedactedLog, JupyterHandler):
             if exc.status == 503:
                 self.set_header("Retry-After", "2")
             self.set_header("Content-Type", "application/json")
-            self.finish(error_body(exc.code, exc.message))
+            self.finish(error_body(exc.code, exc.message, exc.field))
 
     def _token_in_url(self) -> bool:
         """A page asked for with Jupyter's token in its URL is sent to the same URL without

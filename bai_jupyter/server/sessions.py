@@ -103,7 +103,7 @@ def _parse_statuses(raw: list[str]) -> list[Status] | None:
             wanted.append(Status(name.upper()))
         except ValueError:
             problem = f"status: no status {name!r} (statuses: {_STATUS_NAMES})"
-            raise InvalidRequest(problem) from None
+            raise InvalidRequest(problem, field="status") from None
     return wanted
 
 
@@ -116,7 +116,9 @@ class SessionsHandler(BaiHandler):
         statuses = _parse_statuses(self.get_arguments("status"))
         kind = self.get_argument("type", "") or None
         if kind is not None and kind not in {t.value for t in SessionType}:
-            raise InvalidRequest(f"type: no session type {kind!r} (types: {_TYPE_NAMES})")
+            raise InvalidRequest(
+                f"type: no session type {kind!r} (types: {_TYPE_NAMES})", field="type"
+            )
         sessions = await self.api.list_sessions(statuses, everyone=_flag(self, "all"))
         views = [
             session_view(s, self.base_url)
@@ -132,13 +134,16 @@ class SessionsHandler(BaiHandler):
         template = body.pop("template", None)
         meta = body.pop("meta", None)
         if template is not None and not isinstance(template, str):
-            raise InvalidRequest(f"template: must be a template name, got {template!r}")
+            raise InvalidRequest(
+                f"template: must be a template name, got {template!r}", field="template"
+            )
         if meta is not None and not isinstance(meta, dict):
-            raise InvalidRequest(f"meta: must be a JSON object, got {meta!r}")
+            raise InvalidRequest(f"meta: must be a JSON object, got {meta!r}", field="meta")
         if meta and len(json.dumps(meta)) > self.app.max_meta_size:
             raise InvalidRequest(
                 f"meta: must be at most {self.app.max_meta_size} bytes as JSON "
-                "(BaiJupyterApp.max_meta_size)"
+                "(BaiJupyterApp.max_meta_size)",
+                field="meta",
             )
         if meta and self.app.multi_user:
             # Users of a shared server must not mount its root dir through the API: only
@@ -211,7 +216,9 @@ class LogsHandler(BaiHandler):
         lines = None
         if tail is not None:
             if not tail.isascii() or not tail.isdigit() or not 1 <= int(tail) <= MAX_LOG_TAIL:
-                raise InvalidRequest(f"tail: must be a number of lines, 1 to {MAX_LOG_TAIL}")
+                raise InvalidRequest(
+                    f"tail: must be a number of lines, 1 to {MAX_LOG_TAIL}", field="tail"
+                )
             lines = int(tail)
         session = await self.api.get(key)
         kernel = self.get_argument("kernel", "main1")
@@ -274,22 +281,30 @@ class ExecHandler(BaiHandler):
         body = self.json_body()
         unknown = sorted(set(body) - {"command", "kernel", "timeout"})
         if unknown:
-            raise InvalidRequest(f"{unknown[0]}: unknown field; known: command, kernel, timeout")
+            raise InvalidRequest(
+                f"{unknown[0]}: unknown field; known: command, kernel, timeout", field=unknown[0]
+            )
         command = body.get("command")
         if (
             not isinstance(command, list)
             or not command
             or not all(isinstance(part, str) for part in command)
         ):
-            raise InvalidRequest("command: must be a non-empty list of strings (an argv)")
+            raise InvalidRequest(
+                "command: must be a non-empty list of strings (an argv)", field="command"
+            )
         kernel = body.get("kernel", "main1")
         if not isinstance(kernel, str):
-            raise InvalidRequest(f"kernel: must be a hostname such as 'sub1', got {kernel!r}")
+            raise InvalidRequest(
+                f"kernel: must be a hostname such as 'sub1', got {kernel!r}", field="kernel"
+            )
         timeout = body.get("timeout", 60)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise InvalidRequest(f"timeout: must be seconds, got {timeout!r}")
+            raise InvalidRequest(f"timeout: must be seconds, got {timeout!r}", field="timeout")
         if not 0 < timeout <= _MAX_EXEC_TIMEOUT:
-            raise InvalidRequest(f"timeout: must be more than 0 and at most {_MAX_EXEC_TIMEOUT} s")
+            raise InvalidRequest(
+                f"timeout: must be more than 0 and at most {_MAX_EXEC_TIMEOUT} s", field="timeout"
+            )
         require_running(await self.api.get(key))
         result = await self.api.exec(key, command, kernel=kernel, timeout=float(timeout))
         self.write_json(
@@ -312,11 +327,12 @@ class ActivityHandler(BaiHandler):
         body = self.json_body()
         unknown = sorted(set(body) - {"source"})
         if unknown:
-            raise InvalidRequest(f"{unknown[0]}: unknown field; known: source")
+            raise InvalidRequest(f"{unknown[0]}: unknown field; known: source", field=unknown[0])
         source = body.get("source", "api")
         if not isinstance(source, str) or _SOURCE_RE.fullmatch(source) is None:
             raise InvalidRequest(
-                f"source: must be 1 to 32 of [A-Za-z0-9_.-] (e.g. 'api'), got {source!r}"
+                f"source: must be 1 to 32 of [A-Za-z0-9_.-] (e.g. 'api'), got {source!r}",
+                field="source",
             )
         session = await self.api.get(key)
         require_running(session, _RESTARTING)

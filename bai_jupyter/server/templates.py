@@ -30,15 +30,18 @@ class _TemplateBase(BaiHandler):
         unknown = [key for key in body if key not in _BODY_KEYS]
         if unknown:
             raise InvalidRequest(
-                f"{unknown[0]}: unknown field; known fields: {', '.join(_BODY_KEYS)}"
+                f"{unknown[0]}: unknown field; known fields: {', '.join(_BODY_KEYS)}",
+                field=unknown[0],
             )
         if name is not None:
             if body.get("name") not in (None, name):
-                raise InvalidRequest(f"name: {body['name']!r} differs from the URL's {name!r}")
+                raise InvalidRequest(
+                    f"name: {body['name']!r} differs from the URL's {name!r}", field="name"
+                )
             body["name"] = name
         shared = body.get("shared", False)
         if not isinstance(shared, bool):
-            raise InvalidRequest(f"shared: must be true or false, got {shared!r}")
+            raise InvalidRequest(f"shared: must be true or false, got {shared!r}", field="shared")
         # The rest is checked where templates are made (bai_jupyter.request.Template).
         return body.get("name"), body.get("spec"), body.get("description"), shared
 

@@ -21,12 +21,17 @@ import type {
 
 const API = 'bai/api/v1';
 
-/** An answer of the API that is not a success: `{"error", "message"}` and its status. */
+/**
+ * An answer of the API that is not a success: `{"error", "message"}` and its
+ * status, and `field`: the request field it is about (`resources.cpu`,
+ * `scaling.max_replicas`, `name`), `null` for the request as a whole.
+ */
 export class ApiError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
-    message: string
+    message: string,
+    readonly field: string | null = null
   ) {
     super(message);
   }
@@ -98,7 +103,8 @@ export class BaiClient {
     if (!reply.ok) {
       const code = data?.error ?? 'error';
       const message = data?.message ?? `${reply.status} ${reply.statusText}`;
-      throw new ApiError(reply.status, code, message);
+      const field = typeof data?.field === 'string' && data.field ? data.field : null;
+      throw new ApiError(reply.status, code, message, field);
     }
     return data as T;
   }

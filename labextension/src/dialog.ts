@@ -11,14 +11,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, BaiClient, errorText } from './api';
 import { h } from './dom';
-import {
-  buildRequest,
-  EMPTY_FORM,
-  fieldOfMessage,
-  FormField,
-  FormValues,
-  messageText
-} from './form';
+import { buildRequest, EMPTY_FORM, formField, FormField, FormValues, messageText } from './form';
 import { SessionJSON, SessionRequest, TemplateJSON } from './types';
 
 const CHECK_DELAY_MS = 250;
@@ -288,10 +281,11 @@ class SessionForm extends Widget {
         await this.client.create(request, true);
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
-        const about = error instanceof ApiError ? fieldOfMessage(message) : 'form';
+        const named = error instanceof ApiError ? error.field : null;
+        const about = formField(named);
         // A field the form has no row for (say, a template's resource_group): say it at the end.
         const field = this.messages.has(about) ? about : 'form';
-        serverProblem = [field, field === 'form' ? message : messageText(message)];
+        serverProblem = [field, field === 'form' ? message : messageText(message, named)];
       }
     }
     if (mine !== this.checks || this.isDisposed) {

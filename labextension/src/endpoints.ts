@@ -244,13 +244,19 @@ export function buildScaling(
 }
 
 /**
- * The field of the dialog a server refusal is about (`scaling.max_replicas: must
- * be …`), and the message without the path the dialog shows next to it.
+ * The field of the dialog a server refusal is about, from the error body's
+ * `field` (`scaling.max_replicas`), and the message without the path
+ * (`scaling.max_replicas: `) the dialog shows next to it.
  */
-export function scaleMessage(message: string): { field: ScaleField; text: string } {
-  const head = /^scaling\.(min_replicas|max_replicas):\s*/.exec(message);
-  if (head) {
-    return { field: head[1] as ScaleField, text: message.slice(head[0].length) };
+export function scaleRefusal(
+  message: string,
+  field: string | null
+): { field: ScaleField; text: string } {
+  const about = field?.replace(/^scaling\./, '');
+  if (field && (about === 'min_replicas' || about === 'max_replicas')) {
+    const prefix = `${field}: `;
+    const text = message.startsWith(prefix) ? message.slice(prefix.length) : message;
+    return { field: about, text };
   }
   return { field: 'form', text: message };
 }

@@ -25,30 +25,19 @@ export const FORM_FIELDS = [
 export type FormField = (typeof FORM_FIELDS)[number] | 'form';
 
 /**
- * The field a server error is about. Messages start with the field's path
- * (`resources.cpu: …`, `mounts: …`); a whole-request problem (it can never fit
- * the agents) belongs to the resources; anything else to the form as a whole.
+ * The form's field a server error is about, from the error body's `field` (a
+ * dotted path: `resources.cpu` and `mounts[2]` belong to `resources` and
+ * `mounts`); no field, or one the form has no row for, is the form as a whole.
  */
-export function fieldOfMessage(message: string): FormField {
-  const head = /^([a-z_]+)(?:[.[][^:\s]*)?:/.exec(message);
-  if (head && (FORM_FIELDS as readonly string[]).includes(head[1])) {
-    return head[1] as FormField;
-  }
-  if (/^resource group '[^']*': /.test(message)) {
-    return 'resources';
-  }
-  if (/live session named/.test(message)) {
-    return 'name';
-  }
-  if (/^no template named/.test(message)) {
-    return 'template';
-  }
-  return 'form';
+export function formField(field: string | null): FormField {
+  const head = field ? field.split(/[.[]/, 1)[0] : '';
+  return (FORM_FIELDS as readonly string[]).includes(head) ? (head as FormField) : 'form';
 }
 
-/** The message without the field path the form already shows next to it. */
-export function messageText(message: string): string {
-  return message.replace(/^[a-z_]+(?:[.[][^:\s]*)?:\s*/, '');
+/** The message without the field path (`field: `) the form already shows next to it. */
+export function messageText(message: string, field: string | null): string {
+  const prefix = field ? `${field}: ` : '';
+  return prefix && message.startsWith(prefix) ? message.slice(prefix.length) : message;
 }
 
 /** The dialog's inputs as text, as the user typed them. */

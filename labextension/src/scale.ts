@@ -16,7 +16,7 @@ import {
   EndpointJSON,
   replicasText,
   ScaleField,
-  scaleMessage,
+  scaleRefusal,
   targetText
 } from './endpoints';
 import { LiveState } from './live';
@@ -143,7 +143,7 @@ export async function scaleDialog(live: LiveState, endpoint: EndpointJSON): Prom
       return true;
     } catch (error) {
       if (error instanceof ApiError && error.status === 400) {
-        refusal = scaleMessage(error.message);
+        refusal = scaleRefusal(error.message, error.field);
         continue;
       }
       live.refreshEndpoints(0); // what it is now (deleted meanwhile, say)

@@ -16,7 +16,7 @@ import {
   replicaParts,
   ReplicaJSON,
   replicasText,
-  scaleMessage,
+  scaleRefusal,
   targetText,
   UNSTEADY_MS
 } from '../src/endpoints';
@@ -231,17 +231,24 @@ describe('the scale dialog', () => {
   });
 
   it('puts a server refusal next to the field it names', () => {
-    expect(scaleMessage('scaling.max_replicas: must be an integer from 1 to 32, got 40')).toEqual({
+    const max = 'scaling.max_replicas: must be an integer from 1 to 32, got 40';
+    expect(scaleRefusal(max, 'scaling.max_replicas')).toEqual({
       field: 'max_replicas',
       text: 'must be an integer from 1 to 32, got 40'
     });
-    expect(scaleMessage('scaling.min_replicas: must be …')).toEqual({
+    expect(scaleRefusal('scaling.min_replicas: must be …', 'scaling.min_replicas')).toEqual({
       field: 'min_replicas',
       text: 'must be …'
     });
-    expect(scaleMessage("no endpoint 'x' of alice")).toEqual({
+    expect(scaleRefusal("no endpoint 'x' of alice", null)).toEqual({
       field: 'form',
       text: "no endpoint 'x' of alice"
+    });
+    // The body's field decides, not the message's words.
+    expect(scaleRefusal(max, null)).toEqual({ field: 'form', text: max });
+    expect(scaleRefusal('scaling: must be a mapping', 'scaling')).toEqual({
+      field: 'form',
+      text: 'scaling: must be a mapping'
     });
   });
 });

@@ -2,7 +2,7 @@
  * The create form: the request its values make, and which field a server message
  * is about.
  */
-import { buildRequest, EMPTY_FORM, fieldOfMessage, messageText } from '../src/form';
+import { buildRequest, EMPTY_FORM, formField, messageText } from '../src/form';
 
 describe('the create form', () => {
   it('sends only what the user set', () => {
@@ -68,24 +68,35 @@ describe('the create form', () => {
 
 describe('server messages next to their fields', () => {
   it.each([
-    ["resources.cpu: amount must not be negative, got '-1'", 'resources'],
-    ['resources.cuda.device: unknown slot', 'resources'],
-    ['env.FOO: must be a string', 'env'],
-    ['mounts: /: contains /dev, which is never mountable', 'mounts'],
-    ["depends_on: alice has no session 'prep'", 'depends_on'],
-    ["image: nope:1 is on no agent of resource group 'default'; pull or build it", 'image'],
-    ["resource group 'default': needs cpu=64 (largest agent: 4) on one agent", 'resources'],
-    ["alice already has a live session named 'train' (abc); pick another name", 'name'],
-    ["no template named 'gpu'", 'template'],
-    ['the session manager is not started', 'form']
-  ])('%s → %s', (message, field) => {
-    expect(fieldOfMessage(message)).toBe(field);
+    ['resources.cpu', 'resources'],
+    ['resources.cuda.device', 'resources'],
+    ['env.FOO', 'env'],
+    ['mounts', 'mounts'],
+    ['mounts[2]', 'mounts'],
+    ['depends_on', 'depends_on'],
+    ['image', 'image'],
+    ['resources', 'resources'],
+    ['name', 'name'],
+    ['template', 'template'],
+    ['roles[1].image', 'form'],
+    ['meta', 'form'],
+    ['', 'form'],
+    [null, 'form']
+  ])('the body names %s → %s', (field, about) => {
+    expect(formField(field)).toBe(about);
+  });
+
+  it('reads the field from the body, never from the English message', () => {
+    // A message that looks like a path but a body without a field: the form as a whole.
+    expect(formField(null)).toBe('form');
+    expect(messageText('image: no such thing', null)).toBe('image: no such thing');
   });
 
   it('drops the field path the form already shows', () => {
-    expect(messageText("resources.cpu: amount must not be negative, got '-1'")).toBe(
-      "amount must not be negative, got '-1'"
-    );
-    expect(messageText('no path here')).toBe('no path here');
+    const message = "resources.cpu: amount must not be negative, got '-1'";
+    expect(messageText(message, 'resources.cpu')).toBe("amount must not be negative, got '-1'");
+    const never = "resource group 'default': needs cpu=64 (largest agent: 4) on one agent";
+    expect(messageText(never, 'resources')).toBe(never);
+    expect(messageText('no path here', null)).toBe('no path here');
   });
 });

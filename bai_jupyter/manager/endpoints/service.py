@@ -29,7 +29,7 @@ def _parsed(parse: Callable[[], Any]) -> Any:
     try:
         return parse()
     except SpecError as exc:
-        raise InvalidRequest(str(exc)) from None
+        raise InvalidRequest(str(exc), field=exc.field) from None
 
 
 class Endpoints:
@@ -57,7 +57,7 @@ class Endpoints:
             async with self.keeper.lock:
                 await self.core.db(lambda tx: tx.add_endpoint(endpoint))
         except NameConflict as exc:
-            raise Conflict(f"{exc}; pick another name") from None
+            raise Conflict(f"{exc}; pick another name", field="name") from None
         self.keeper.wake()
         return self.view(endpoint, [])
 

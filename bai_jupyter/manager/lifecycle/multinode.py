@@ -60,7 +60,8 @@ class MultiNode:
             raise InvalidRequest(
                 f"{field}: {spec.cluster_size} kernels of {sizes} fit no "
                 f"single agent of resource group {spec.resource_group!r}, so they must be "
-                f"spread: {exc}"
+                f"spread: {exc}",
+                field=field,
             ) from exc
 
     async def prepare(self, session: Session, agents: Iterable[AgentBackend]) -> str:

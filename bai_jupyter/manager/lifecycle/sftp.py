@@ -32,7 +32,8 @@ def check_agents(spec: SessionSpec, agents: Iterable[AgentBackend]) -> None:
     if not any(agent.sftp for agent in agents if agent.resource_group == spec.resource_group):
         raise InvalidRequest(
             f"type: a system session needs an agent that serves SFTP (the Docker backend); "
-            f"resource group {spec.resource_group!r} has none"
+            f"resource group {spec.resource_group!r} has none",
+            field="type",
         )
 
 

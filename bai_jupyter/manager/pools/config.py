@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-from ...errors import InvalidRequest
+from ...errors import ConfigError
 from ...model import Session, SessionSpec, SessionType
 from ...request import NAME_RE, spec_to_json
 from ...request.kernel_launch import launch_request
@@ -114,13 +114,13 @@ def _kernelspec(name: str, where: str) -> tuple[dict[str, Any], str | None, bool
     try:
         spec = KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
-        raise InvalidRequest(f"{where}.kernelspec: no kernelspec named {name!r}") from None
+        raise ConfigError(f"{where}.kernelspec: no kernelspec named {name!r}") from None
     provisioner = (spec.metadata or {}).get("kernel_provisioner") or {}
     if provisioner.get("provisioner_name") != "bai":
-        raise InvalidRequest(f"{where}.kernelspec: {name!r} is not a bai kernelspec")
+        raise ConfigError(f"{where}.kernelspec: {name!r} is not a bai kernelspec")
     config = dict(provisioner.get("config") or {})
     if config.get("session"):
-        raise InvalidRequest(
+        raise ConfigError(
             f"{where}.kernelspec: {name!r} attaches to session {config['session']!r}; "
             "only kernelspecs that make sessions can be pooled"
         )
@@ -134,46 +134,46 @@ def _kernelspec(name: str, where: str) -> tuple[dict[str, Any], str | None, bool
 
 def _one(entry: Any, where: str) -> PoolConfig:
     if not isinstance(entry, Mapping):
-        raise InvalidRequest(f"{where}: must be a mapping, got {entry!r}")
+        raise ConfigError(f"{where}: must be a mapping, got {entry!r}")
     unknown = sorted(set(entry) - set(_KEYS))
     if unknown:
-        raise InvalidRequest(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(_KEYS)})")
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(_KEYS)})")
     name = entry.get("name")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise InvalidRequest(f"{where}.name: a name of letters, digits, . _ - is required")
+        raise ConfigError(f"{where}.name: a name of letters, digits, . _ - is required")
     size = entry.get("size", 1)
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_SIZE:
-        raise InvalidRequest(f"{where}.size: a whole number from 0 to {MAX_SIZE}, got {size!r}")
+        raise ConfigError(f"{where}.size: a whole number from 0 to {MAX_SIZE}, got {size!r}")
     request = entry.get("request") or {}
     template = entry.get("template")
     notebook = entry.get("notebook", True)
     if not isinstance(request, Mapping):
-        raise InvalidRequest(f"{where}.request: must be a session request (a mapping)")
+        raise ConfigError(f"{where}.request: must be a session request (a mapping)")
     if template is not None and not isinstance(template, str):
-        raise InvalidRequest(f"{where}.template: must be a template's name")
+        raise ConfigError(f"{where}.template: must be a template's name")
     if not isinstance(notebook, bool):
-        raise InvalidRequest(f"{where}.notebook: must be true or false")
+        raise ConfigError(f"{where}.notebook: must be true or false")
     kernelspec = entry.get("kernelspec")
     if kernelspec is not None:
         if request or template is not None or "notebook" in entry:
-            raise InvalidRequest(
+            raise ConfigError(
                 f"{where}: a kernelspec gives the request, template and notebook mount; "
                 "set none of them beside it"
             )
         request, template, notebook = _kernelspec(str(kernelspec), where)
     request = {"type": SessionType.INTERACTIVE.value, **request}
     if request["type"] != SessionType.INTERACTIVE.value:
-        raise InvalidRequest(f"{where}.request.type: only interactive sessions are pooled")
+        raise ConfigError(f"{where}.request.type: only interactive sessions are pooled")
     for field in _PER_USER:
         if request.get(field):
-            raise InvalidRequest(
+            raise ConfigError(
                 f"{where}.request.{field}: decided per user when a session is made; "
                 "a pool cannot hold it"
             )
     try:
         max_slots = None if entry.get("max_slots") is None else ResourceSlot(entry["max_slots"])
     except (ResourceError, TypeError, ValueError) as exc:
-        raise InvalidRequest(f"{where}.max_slots: {exc}") from None
+        raise ConfigError(f"{where}.max_slots: {exc}") from None
     return PoolConfig(
         name=name,
         size=size,
@@ -187,10 +187,10 @@ def _one(entry: Any, where: str) -> PoolConfig:
 
 def parse_pools(entries: Sequence[Any]) -> list[PoolConfig]:
     """The ``warm_pools`` setting, every entry checked (blocking: a kernelspec is read);
-    InvalidRequest names the first bad one."""
+    ConfigError names the first bad one."""
     pools = [_one(entry, f"warm_pools[{i}]") for i, entry in enumerate(entries)]
     names = [p.name for p in pools]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise InvalidRequest(f"warm_pools: the name {twice[0]!r} is used twice")
+        raise ConfigError(f"warm_pools: the name {twice[0]!r} is used twice")
     return pools

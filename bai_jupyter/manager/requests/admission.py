@@ -81,29 +81,31 @@ class Admission:
         if template is not None:
             tmpl = await core.query(lambda tx: tx.get_template(template, owner))
             if tmpl is None:
-                raise NotFound(f"no template named {template!r}")
+                raise NotFound(f"no template named {template!r}", field="template")
         try:
             spec = apply_template(tmpl, request)
         except (SpecError, ResourceError) as exc:
-            raise InvalidRequest(str(exc)) from exc
+            raise InvalidRequest(str(exc), field=exc.field) from exc
         if spec.image is None:
             spec.image = self.settings.default_image
         group = core.groups.get(spec.resource_group)
         if group is None:
             raise InvalidRequest(
                 f"resource_group: no group {spec.resource_group!r} "
-                f"(groups: {', '.join(sorted(core.groups))})"
+                f"(groups: {', '.join(sorted(core.groups))})",
+                field="resource_group",
             )
         try:
             # Every kernel holds real slots: the group's defaults fill what is left out.
             spec.resources = group.config.kernel_resources(spec.resources)
         except ResourceError as exc:
-            raise InvalidRequest(str(exc)) from exc
+            raise InvalidRequest(str(exc), field=exc.field) from exc
         for i, role in enumerate(spec.roles):  # and no role asks for less than the minimum
             try:
                 group.config.kernel_resources(spec.resources.updated(role.resources))
             except ResourceError as exc:
-                raise InvalidRequest(f"roles[{i}].{exc}") from exc
+                field = f"roles[{i}].{exc.field or 'resources'}"
+                raise InvalidRequest(f"roles[{i}].{exc}", field=field) from exc
         pending = await core.query(
             lambda tx: len(tx.list_sessions(owner=owner, statuses=[Status.PENDING], history=False))
         )
@@ -120,7 +122,7 @@ class Admission:
             try:
                 await asyncio.to_thread(self.mounts.resolve, role.mounts, owner, False, any_path)
             except ValueError as exc:
-                raise InvalidRequest(f"mounts: {exc}") from exc
+                raise InvalidRequest(f"mounts: {exc}", field="mounts") from exc
         await self.multinode.admit(spec, owner)
         resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
         spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
@@ -134,10 +136,12 @@ class Admission:
             session.status_data = {**session.status_data, ADMIN_MOUNTS: True}
         try:
             await asyncio.to_thread(enqueue, store, session, dry_run)
-        except (NeverFits, UnknownDependency) as exc:
-            raise InvalidRequest(str(exc)) from exc
+        except NeverFits as exc:  # "resource group 'x': needs …": the resources ask too much
+            raise InvalidRequest(str(exc), field="resources") from exc
+        except UnknownDependency as exc:
+            raise InvalidRequest(str(exc), field="depends_on") from exc
         except NameConflict as exc:
-            raise Conflict(str(exc)) from exc
+            raise Conflict(str(exc), field="name") from exc
         if not dry_run:
             core.hub.publish(session)
             core.wake()
@@ -167,7 +171,8 @@ class Admission:
                 f"image: {image} is on no agent, and its registry {registry} is not one the "
                 f"agents may pull from (BaiSessionManager.registries: "
                 f"{', '.join(self.settings.registries) or 'none'}); use an image an agent has "
-                "or one of those registries"
+                "or one of those registries",
+                field="image",
             )
         if failures:
             raise Unavailable("; ".join(failures))
@@ -179,11 +184,12 @@ class Admission:
             )
             raise InvalidRequest(
                 f"image: {image} is on no agent of resource group {group!r}, nor on another "
-                f"agent, nor in a registry the agents reach; {hint}"
+                f"agent, nor in a registry the agents reach; {hint}",
+                field="image",
             )
 
     async def _resolve_id(self, key: str, owner: str) -> str:
         session = await self.core.query(lambda tx: tx.get_session(key, owner))
         if session is None:
-            raise InvalidRequest(f"depends_on: {owner} has no session {key!r}")
+            raise InvalidRequest(f"depends_on: {owner} has no session {key!r}", field="depends_on")
         return session.id

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import InvalidRequest
+from ...errors import ConfigError
 from ...idleness import parse_seconds, parse_utilization, widest_seconds, widest_utilization
 from ...resources import ResourceError, ResourceSlot
 from ...scheduler.config import OwnerPolicy
@@ -32,7 +32,7 @@ _DEFAULT_PENDING = "BaiSessionManager.default_max_pending"
 
 def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidRequest(f"{where}: must be a whole number >= 0, got {value!r}")
+        raise ConfigError(f"{where}: must be a whole number >= 0, got {value!r}")
     return value
 
 
@@ -40,12 +40,12 @@ def _slots(value: Any, where: str) -> ResourceSlot:
     try:
         return ResourceSlot(value)
     except (ResourceError, TypeError, ValueError) as exc:
-        raise InvalidRequest(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _names(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise InvalidRequest(f"{where}: must be a list of names (or patterns), got {value!r}")
+        raise ConfigError(f"{where}: must be a list of names (or patterns), got {value!r}")
     return tuple(value)
 
 
@@ -66,13 +66,13 @@ def _widest_names(values: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def _checked(parse: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
-    """An idle rule's parser, its ValueError as the InvalidRequest a bad policy is."""
+    """An idle rule's parser, its ValueError as the ConfigError a bad policy is."""
 
     def parser(value: Any, where: str) -> Any:
         try:
             return parse(value, where)
         except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
+            raise ConfigError(str(exc)) from None
 
     return parser
 
@@ -144,7 +144,7 @@ class Policies:
         self.default_max_pending = default_max_pending
         unknown = set(config) - {"default", "groups", "users"}
         if unknown:
-            raise InvalidRequest(
+            raise ConfigError(
                 f"policies: unknown section {sorted(unknown)[0]!r} (use default, groups, users)"
             )
         self.default = self._entry(config.get("default") or {}, "policies.default")
@@ -153,16 +153,16 @@ class Policies:
 
     def _section(self, section: Any, where: str) -> dict[str, dict[str, Any]]:
         if not isinstance(section, Mapping):
-            raise InvalidRequest(f"{where}: must map names to entries, got {section!r}")
+            raise ConfigError(f"{where}: must map names to entries, got {section!r}")
         return {str(name): self._entry(entry, f"{where}.{name}") for name, entry in section.items()}
 
     @staticmethod
     def _entry(entry: Any, where: str) -> dict[str, Any]:
         if not isinstance(entry, Mapping):
-            raise InvalidRequest(f"{where}: must be a mapping of limits, got {entry!r}")
+            raise ConfigError(f"{where}: must be a mapping of limits, got {entry!r}")
         unknown = set(entry) - set(POLICY_KEYS)
         if unknown:
-            raise InvalidRequest(
+            raise ConfigError(
                 f"{where}: unknown limit {sorted(unknown)[0]!r} (limits: {', '.join(POLICY_KEYS)})"
             )
         return {key: POLICY_KEYS[key][0](value, f"{where}.{key}") for key, value in entry.items()}

@@ -23,7 +23,7 @@ class ServicePorts:
         try:
             (spec,) = parse_service_ports([service_port], "service_port")
         except SpecError as exc:
-            raise InvalidRequest(str(exc)) from exc
+            raise InvalidRequest(str(exc), field=exc.field) from exc
         service = ServicePort.parse(spec)
         session = await self.core.get(key, owner)
         if session.status is not Status.RUNNING:
@@ -42,7 +42,7 @@ class ServicePorts:
         try:
             parse_service_ports([*session.spec.service_ports, spec])
         except SpecError as exc:
-            raise InvalidRequest(str(exc)) from exc
+            raise InvalidRequest(str(exc), field=exc.field) from exc
 
         def adding(s: Session) -> None:
             if s.status is not Status.RUNNING:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ...agents.base import AgentError
-from ...errors import InvalidRequest
+from ...errors import ConfigError
 from ...model import IllegalTransition, Session, Status
 from ..core import Core, move
 
@@ -43,11 +43,11 @@ def hang_limits(config: Mapping[str, Any]) -> dict[Status, float]:
     limits = dict(DEFAULT_HANG_TIMEOUTS)
     for name, value in config.items():
         if name not in names:
-            raise InvalidRequest(
+            raise ConfigError(
                 f"hang_timeout: no state {name!r} to time out (states: {', '.join(names)})"
             )
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise InvalidRequest(f"hang_timeout.{name}: must be seconds >= 0 (0: no limit)")
+            raise ConfigError(f"hang_timeout.{name}: must be seconds >= 0 (0: no limit)")
         limits[name] = float(value)
     return {Status(name): seconds for name, seconds in limits.items() if seconds > 0}
 

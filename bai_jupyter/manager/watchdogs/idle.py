@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from ...agents.base import AgentError
-from ...errors import InvalidRequest
+from ...errors import ConfigError
 from ...idleness import (
     IDLE_TIMEOUT,
     REASONS,
@@ -52,7 +52,7 @@ class IdleSettings:
                     conf.get("idle") or {}, f"resource_groups.{name}.idle"
                 )
             except ValueError as exc:
-                raise InvalidRequest(str(exc)) from None
+                raise ConfigError(str(exc)) from None
 
     @property
     def configured(self) -> bool:

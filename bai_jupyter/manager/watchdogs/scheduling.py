@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InvalidRequest, NotFound
+from ...errors import ConfigError, NotFound
 from ...model import Session
 from ...scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from ...scheduler.context import PassContext
@@ -60,14 +60,14 @@ class PassStats:
 
 
 def load_groups(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, GroupScheduler]:
-    """Each configured resource group with its sequencer and selector; InvalidRequest if bad."""
+    """Each configured resource group with its sequencer and selector; ConfigError if bad."""
     loaded = {}
     for name, conf in groups.items():
         try:
             config = SchedulerConfig.from_group(conf)
             sequencer, selector = load_plugins(config)
         except SchedulerConfigError as exc:
-            raise InvalidRequest(f"resource group {name!r}: {exc}") from exc
+            raise ConfigError(f"resource group {name!r}: {exc}") from exc
         loaded[name] = GroupScheduler(config, sequencer, selector, dict(conf))
     return loaded
 
