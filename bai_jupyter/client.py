@@ -59,7 +59,8 @@ class RemoteManager:
 
     # --- transport ----------------------------------------------------------------------------
 
-    def endpoint(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+    def api_url(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+        """The full URL of an API ``path`` (``sessions/x``), with ``query``'s set values."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
         return self.url + API_PREFIX + path + (f"?{urlencode(params)}" if params else "")
 
@@ -89,7 +90,7 @@ class RemoteManager:
             headers["Content-Type"] = "application/json"
             data = json.dumps({} if body is None else body)
         request = HTTPRequest(
-            self.endpoint(path, query),
+            self.api_url(path, query),
             method=method,
             headers=headers,
             body=data,

@@ -37,13 +37,13 @@ _BY_STATUS: dict[int, type[errors.BaiError]] = {
 _BY_STATUS[401] = errors.Forbidden
 
 
-class Endpoint(Protocol):
+class Remote(Protocol):
     """What the stream needs of its client."""
 
     url: str
     request_timeout: float
 
-    def endpoint(self, path: str) -> str: ...
+    def api_url(self, path: str) -> str: ...
 
     def headers(self) -> dict[str, str]: ...
 
@@ -58,7 +58,7 @@ class EventStream:
     HTTP client offers no way to abort a request it has under way.
     """
 
-    def __init__(self, remote: Endpoint) -> None:
+    def __init__(self, remote: Remote) -> None:
         self._queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         self._stream: IOStream | None = None
         self._closing = False
@@ -78,8 +78,8 @@ class EventStream:
                 self._queue.put_nowait(json.loads(b"\n".join(data)))
         return buffer
 
-    async def _connect(self, remote: Endpoint) -> IOStream:
-        url = urlsplit(remote.endpoint("events"))
+    async def _connect(self, remote: Remote) -> IOStream:
+        url = urlsplit(remote.api_url("events"))
         secure = url.scheme == "https"
         port = url.port or (443 if secure else 80)
         stream = await asyncio.wait_for(
@@ -101,7 +101,7 @@ class EventStream:
         await stream.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         return stream
 
-    async def _pump(self, remote: Endpoint) -> None:
+    async def _pump(self, remote: Remote) -> None:
         try:
             self._stream = stream = await self._connect(remote)
             head = await stream.read_until(b"\r\n\r\n", max_bytes=65536)

@@ -89,8 +89,8 @@ async def test_templates_agents_and_scheduler(server: Server) -> None:
 class _NoEvents(RemoteManager):
     """A client whose event stream is refused (404), as by a proxy or a stopping server."""
 
-    def endpoint(self, path: str, query: Mapping[str, Any] | None = None) -> str:
-        return super().endpoint("no-events" if path == "events" else path, query)
+    def api_url(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+        return super().api_url("no-events" if path == "events" else path, query)
 
 
 async def test_wait_for_polls_when_the_event_stream_is_refused(server: Server) -> None:

@@ -62,7 +62,7 @@ class IdleSettings:
         keys = (IDLE_TIMEOUT, SESSION_LIFETIME, UTILIZATION)
         return any(self.groups.values()) or any(k in entry for entry in policies for k in keys)
 
-    def rules(self, session: Session, owner_groups: list[str]) -> IdleRules:
+    def rules_for(self, session: Session, owner_groups: list[str]) -> IdleRules:
         """The owner's policy for each rule, else the group's; what the type is exempt
         from left out."""
         if session.owner == POOL_OWNER:  # a warm session waits for its user by design
@@ -109,13 +109,14 @@ class IdleWatch:
         settings: _Settings,
         lifecycle: Lifecycle,
         activity: Activity,
-        rules: Callable[[], IdleSettings],
+        idle_settings: Callable[[], IdleSettings],
     ) -> None:
         self.core = core
         self.settings = settings
         self.lifecycle = lifecycle
         self.activity = activity
-        self.rules = rules
+        #: The idle settings in force now (they change when the config is reloaded).
+        self.idle_settings = idle_settings
         self.cpu = CpuWindows()
         self._ending: set[str] = set()
         #: When each system session's SFTP connections were last counted (monotonic).
@@ -128,7 +129,7 @@ class IdleWatch:
 
     async def check(self) -> None:
         """One look at every running session."""
-        settings = self.rules()
+        settings = self.idle_settings()
         if not settings.configured:
             return
         listed_at = time.time()
@@ -140,17 +141,17 @@ class IdleWatch:
         self.cpu.prune(live)
         self._probed = {k: v for k, v in self._probed.items() if k in live}
         await asyncio.gather(
-            *(self._session(s, settings.rules(s, groups.get(s.owner, []))) for s in sessions)
+            *(self._session(s, settings.rules_for(s, groups.get(s.owner, []))) for s in sessions)
         )
 
     async def before_running(self, session: Session) -> None:
         """Follow an interactive session's kernel before it is announced RUNNING, when an
         idle_timeout applies: a cell its user runs at once keeps it in use."""
-        settings = self.rules()
+        settings = self.idle_settings()
         if not settings.configured or session.spec.type is not SessionType.INTERACTIVE:
             return
         groups = await self.core.query(lambda tx: tx.owner_groups({session.owner}))
-        if settings.rules(session, groups.get(session.owner, [])).idle_timeout:
+        if settings.rules_for(session, groups.get(session.owner, [])).idle_timeout:
             await self.activity.follow_kernel_now(session)
 
     async def _session(self, session: Session, rules: IdleRules) -> None:
