@@ -1,5 +1,4 @@
-"""``/bai/api/v1/agents``: each agent's capacity, occupied and free slots, and its kernels;
-``/bai/api/v1/pools``: the warm pools, their sessions and claim counts."""
+"""``/bai/api/v1/agents``: each agent's capacity, occupied and free slots, and its kernels."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ from tornado import web
 
 from .base import BaiHandler
 
-__all__ = ["AgentsHandler", "PoolsHandler"]
+__all__ = ["AgentsHandler"]
 
 
 class AgentsHandler(BaiHandler):
@@ -18,12 +17,3 @@ class AgentsHandler(BaiHandler):
     @authorized
     async def get(self) -> None:
         self.write_json({"agents": await self.api.agents()})
-
-
-class PoolsHandler(BaiHandler):
-    """Every warm pool: size, limits, warm and starting sessions, claims, hits, misses."""
-
-    @web.authenticated
-    @authorized
-    async def get(self) -> None:
-        self.write_json({"pools": await self.api.pools()})

@@ -7,7 +7,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from .agents import AgentsHandler, PoolsHandler
+from .agents import AgentsHandler
 from .attach import AttachKernelspecHandler
 from .base import BaiHandler
 from .endpoints import EndpointHandler, EndpointProxyHandler, EndpointsHandler
@@ -15,6 +15,7 @@ from .events import EventsHandler
 from .execute import ExecuteHandler
 from .launches import SessionsLaunchHandler
 from .openapi import openapi
+from .pools import PoolsHandler
 from .proxy import SessionProxyHandler
 from .scheduler import SchedulerHandler
 from .sessions import (
