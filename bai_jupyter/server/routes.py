@@ -17,7 +17,7 @@ from .launches import SessionsLaunchHandler
 from .openapi import openapi
 from .pools import PoolsHandler
 from .proxy import SessionProxyHandler
-from .scheduler import SchedulerHandler
+from .queue import QueueHandler
 from .sessions import (
     ActivityHandler,
     ExecHandler,
@@ -66,7 +66,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/templates/{_KEY}", TemplateHandler),
         (f"{API}/agents", AgentsHandler),
         (f"{API}/pools", PoolsHandler),
-        (f"{API}/scheduler", SchedulerHandler),
+        (f"{API}/scheduler", QueueHandler),
         (f"{API}/events", EventsHandler),
         (f"{API}/openapi.json", OpenAPIHandler),
     ]

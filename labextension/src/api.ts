@@ -12,7 +12,7 @@ import type { PoolJSON } from './pools';
 import { pageUrlOf } from './text';
 import type {
   AgentJSON,
-  SchedulerJSON,
+  QueueJSON,
   SessionEvent,
   SessionJSON,
   SessionRequest,
@@ -152,7 +152,8 @@ export class BaiClient {
     return (await this.call<{ pools: PoolJSON[] }>('GET', 'pools')).pools;
   }
 
-  scheduler(): Promise<SchedulerJSON> {
+  /** Each resource group's pending queue, in the order the scheduler tries it. */
+  queue(): Promise<QueueJSON> {
     return this.call('GET', 'scheduler');
   }
 

@@ -67,14 +67,14 @@ export class LiveState {
   async reload(): Promise<void> {
     void this.readEndpoints();
     try {
-      const [sessions, scheduler, agents, pools] = await Promise.all([
+      const [sessions, queue, agents, pools] = await Promise.all([
         this.client.sessions(this.all),
-        this.client.scheduler(),
+        this.client.queue(),
         this.client.agents(),
         this.readPools()
       ]);
       this.state.loadSessions(sessions);
-      this.state.loadScheduler(scheduler);
+      this.state.loadQueue(queue);
       this.state.loadAgents(agents);
       if (pools) {
         this.state.loadPools(pools);
@@ -179,12 +179,12 @@ export class LiveState {
     this.clusterTimer = setTimeout(async () => {
       this.clusterTimer = null;
       try {
-        const [scheduler, agents, pools] = await Promise.all([
-          this.client.scheduler(),
+        const [queue, agents, pools] = await Promise.all([
+          this.client.queue(),
           this.client.agents(),
           this.readPools()
         ]);
-        this.state.loadScheduler(scheduler);
+        this.state.loadQueue(queue);
         this.state.loadAgents(agents);
         if (pools) {
           this.state.loadPools(pools);

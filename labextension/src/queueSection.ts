@@ -11,18 +11,18 @@ import { QueueEntry, Status } from './types';
 
 /** One section per resource group the user may see. */
 export function queueSections(state: BaiState): HTMLElement[] {
-  const scheduler = state.scheduler;
+  const queue = state.queue;
   const names = state.names();
-  return Object.entries(scheduler?.resource_groups ?? {}).map(([group, info]) => {
-    const queue = queueOrder(scheduler, group);
-    const content = queue.length
+  return Object.entries(queue?.resource_groups ?? {}).map(([group, info]) => {
+    const entries = queueOrder(queue, group);
+    const content = entries.length
       ? h(
           'ol',
           { class: 'bai-Queue', attrs: { 'aria-label': `Queue of resource group ${group}` } },
-          ...queue.map(entry => queueEntry(entry, names))
+          ...entries.map(entry => queueEntry(entry, names))
         )
       : h('p', { class: 'bai-Empty' }, 'Nobody waits.');
-    const title = `Queue · ${group} (${info.sequencer}, ${queue.length} pending)`;
+    const title = `Queue · ${group} (${info.sequencer}, ${entries.length} pending)`;
     return section(title, `queue-${group}`, content);
   });
 }

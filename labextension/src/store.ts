@@ -14,23 +14,23 @@ import {
   Status,
   type AgentJSON,
   type QueueEntry,
-  type SchedulerJSON,
+  type QueueJSON,
   type SessionEvent,
   type SessionJSON
 } from './types';
 
 /** One group's queue in the order the scheduler tries it (position 1 first). */
-export function queueOrder(scheduler: SchedulerJSON | null, group: string): QueueEntry[] {
-  const queue = scheduler?.resource_groups[group]?.queue ?? [];
-  return [...queue].sort((a, b) => a.position - b.position);
+export function queueOrder(queue: QueueJSON | null, group: string): QueueEntry[] {
+  const entries = queue?.resource_groups[group]?.queue ?? [];
+  return [...entries].sort((a, b) => a.position - b.position);
 }
 
 /** Session id → [its group's name, its position there, the length of that queue]. */
 export function queuePositions(
-  scheduler: SchedulerJSON | null
+  queue: QueueJSON | null
 ): Map<string, { group: string; position: number; of: number }> {
   const positions = new Map<string, { group: string; position: number; of: number }>();
-  for (const [group, info] of Object.entries(scheduler?.resource_groups ?? {})) {
+  for (const [group, info] of Object.entries(queue?.resource_groups ?? {})) {
     for (const entry of info.queue) {
       if (entry.session_id) {
         positions.set(entry.session_id, { group, position: entry.position, of: info.queue.length });
@@ -64,7 +64,7 @@ export class BaiState {
   readonly sessions = new Map<string, SessionJSON>();
   /** When each session's record was read (epoch seconds): idle times count down from it. */
   readonly loadedAt = new Map<string, number>();
-  scheduler: SchedulerJSON | null = null;
+  queue: QueueJSON | null = null;
   agents: AgentJSON[] = [];
   /** The warm pools (none configured: empty). */
   pools: PoolJSON[] = [];
@@ -135,8 +135,8 @@ export class BaiState {
     );
   }
 
-  loadScheduler(scheduler: SchedulerJSON): void {
-    this.scheduler = scheduler;
+  loadQueue(queue: QueueJSON): void {
+    this.queue = queue;
     this._changed.emit();
   }
 
@@ -194,7 +194,7 @@ export class BaiState {
         names.set(session.id, session.name);
       }
     }
-    for (const info of Object.values(this.scheduler?.resource_groups ?? {})) {
+    for (const info of Object.values(this.queue?.resource_groups ?? {})) {
       for (const entry of info.queue) {
         if (entry.session_id && entry.name) {
           names.set(entry.session_id, entry.name);
@@ -236,6 +236,6 @@ export class BaiState {
 
   /** A pending session's place in its queue: `{position, of}` or null. */
   position(id: string): { position: number; of: number } | null {
-    return queuePositions(this.scheduler).get(id) ?? null;
+    return queuePositions(this.queue).get(id) ?? null;
   }
 }

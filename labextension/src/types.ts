@@ -178,7 +178,8 @@ export interface QueueEntry {
   scheduler?: SchedulerRecord;
 }
 
-export interface SchedulerJSON {
+/** `GET /scheduler`: per resource group, its scheduler settings and its pending queue. */
+export interface QueueJSON {
   resource_groups: Record<
     string,
     { sequencer: string; selector: string; pending: number; queue: QueueEntry[] }

@@ -108,7 +108,7 @@ class FakeClient {
     }
     return this.poolsList;
   }
-  async scheduler() {
+  async queue() {
     return { resource_groups: {} };
   }
   async agents() {

@@ -4,7 +4,7 @@
  */
 import { BaiState, queueOrder, queuePositions } from '../src/store';
 import { whyPending } from '../src/text';
-import type { SchedulerJSON } from '../src/types';
+import type { QueueJSON } from '../src/types';
 import { event, EVAL, session, TRAIN } from './fixtures';
 
 describe('folding events into the state', () => {
@@ -77,7 +77,7 @@ describe('folding events into the state', () => {
 });
 
 describe('the queue', () => {
-  const scheduler: SchedulerJSON = {
+  const queue: QueueJSON = {
     resource_groups: {
       default: {
         sequencer: 'fifo',
@@ -94,13 +94,13 @@ describe('the queue', () => {
   };
 
   it('is shown in the order the scheduler tries it', () => {
-    expect(queueOrder(scheduler, 'default').map(e => e.position)).toEqual([1, 2, 3]);
-    expect(queueOrder(scheduler, 'gpu')).toEqual([]);
+    expect(queueOrder(queue, 'default').map(e => e.position)).toEqual([1, 2, 3]);
+    expect(queueOrder(queue, 'gpu')).toEqual([]);
     expect(queueOrder(null, 'default')).toEqual([]);
   });
 
   it('gives each of my pending sessions its place and the queue’s length', () => {
-    const places = queuePositions(scheduler);
+    const places = queuePositions(queue);
     expect(places.get(TRAIN)).toEqual({ group: 'default', position: 2, of: 3 });
     expect(places.get(EVAL)).toEqual({ group: 'default', position: 3, of: 3 });
     expect(places.size).toBe(2); // another user's entry has no id
@@ -108,7 +108,7 @@ describe('the queue', () => {
 
   it('names sessions from the queue too', () => {
     const state = new BaiState();
-    state.loadScheduler(scheduler);
+    state.loadQueue(queue);
     expect(state.names().get(TRAIN)).toBe('train-1');
     expect(state.position(EVAL)).toEqual({ group: 'default', position: 3, of: 3 });
   });

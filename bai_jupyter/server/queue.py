@@ -11,10 +11,10 @@ from tornado import web
 
 from .base import BaiHandler
 
-__all__ = ["SchedulerHandler"]
+__all__ = ["QueueHandler"]
 
 
-class SchedulerHandler(BaiHandler):
+class QueueHandler(BaiHandler):
     """Per resource group: its scheduler settings and pending queue, with why each waits."""
 
     @web.authenticated
