@@ -246,11 +246,21 @@ SCHEMAS: dict[str, Any] = {
     },
     "Endpoint": {
         "type": "object",
-        "required": ["id", "name", "owner", "spec", "generation", "desired", "replicas"],
+        "required": [
+            "id",
+            "name",
+            "owner",
+            "created_at",
+            "spec",
+            "generation",
+            "desired",
+            "replicas",
+        ],
         "properties": {
             "id": {"type": "string"},
             "name": {"type": "string"},
             "owner": {"type": "string"},
+            "created_at": {"type": "number"},
             "url": {"type": "string", "description": "its route, under the server's base URL"},
             "spec": {"type": "object"},
             "generation": {"type": "integer"},

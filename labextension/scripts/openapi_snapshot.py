@@ -53,14 +53,21 @@ def status_sets() -> dict[str, list[str]]:
     }
 
 
-def main() -> None:
+#: The file the jest tests read (tests/test_openapi.py checks it is current).
+TARGET = Path(__file__).resolve().parent.parent / "test" / "api-snapshot.json"
+
+
+def snapshot_text() -> str:
+    """The snapshot as it should be now: the file's whole content."""
     document = openapi("/")
     schemas = {name: reduce(s) for name, s in sorted(document["components"]["schemas"].items())}
-    target = Path(__file__).resolve().parent.parent / "test" / "api-snapshot.json"
     snapshot = {"openapi": document["openapi"], "statuses": status_sets(), "schemas": schemas}
-    text = json.dumps(snapshot, indent=2, ensure_ascii=False)
-    target.write_text(text + "\n")
-    sys.stdout.write(f"wrote {target}\n")
+    return json.dumps(snapshot, indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> None:
+    TARGET.write_text(snapshot_text())
+    sys.stdout.write(f"wrote {TARGET}\n")
 
 
 if __name__ == "__main__":
