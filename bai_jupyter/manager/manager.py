@@ -22,12 +22,12 @@ from ..agents.base import AgentBackend, AgentError
 from ..agents.capped import MAX_LOG_TAIL, last_lines
 from ..agents.plugins import make_agents
 from ..errors import Conflict, InvalidRequest, Unavailable
-from ..model import Agent, ExecResult, Session, SessionType, Status
+from ..model import ACTIVE, Agent, ExecResult, Session, SessionType, Status
 from ..mounts import MountPolicy
 from ..resources import ResourceSlot
 from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
-from .core import ACTIVE, Core, find_kernel
+from .core import Core, find_kernel
 from .endpoints.replicas import ReplicaKeeper
 from .endpoints.service import Endpoints
 from .lifecycle.start_stop import Lifecycle

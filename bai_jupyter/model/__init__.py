@@ -28,6 +28,8 @@ from .spec import (
     cluster_hostnames,
 )
 from .status import (
+    ACTIVE,
+    NOT_ENDED,
     OCCUPYING,
     STARTING,
     TERMINAL,
@@ -39,9 +41,11 @@ from .status import (
 )
 
 __all__ = [
+    "ACTIVE",
     "ID_KEY_RE",
     "MAIN_ROLE",
     "MAX_REASON",
+    "NOT_ENDED",
     "OCCUPYING",
     "REASON_RE",
     "STARTING",

@@ -54,8 +54,13 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.ERROR: frozenset({Status.TERMINATING, Status.TERMINATED}),
 }
 
+#: Ended: nothing runs and nothing more happens but the clean-up of an ERROR.
 TERMINAL = frozenset({Status.TERMINATED, Status.CANCELLED, Status.ERROR})
-OCCUPYING = frozenset({*STARTING, Status.RUNNING, Status.RESTARTING, Status.TERMINATING})
+#: Not ended (every state but the TERMINAL ones), in lifecycle order.
+NOT_ENDED = tuple(s for s in Status if s not in TERMINAL)
+#: Its kernels run: code can be executed, services reached (a kernel may be restarting).
+ACTIVE = frozenset({Status.RUNNING, Status.RESTARTING})
+OCCUPYING = frozenset({*STARTING, *ACTIVE, Status.TERMINATING})
 #: Order of progress, used to derive a session's status from its kernels'.
 _PROGRESS = [Status.PENDING, *STARTING, Status.RUNNING]
 

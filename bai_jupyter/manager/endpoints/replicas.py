@@ -22,14 +22,13 @@ from traitlets.config import LoggingConfigurable
 from ...endpoints import Autoscaler, Endpoint, Replica, ReplicaState, Route, Router, plan_replicas
 from ...endpoints.health import check_health
 from ...errors import BaiError
-from ...model import Session, Status
+from ...model import NOT_ENDED, Session, Status
 from ..core import Core
 
 __all__ = ["REPLICA_META", "ReplicaKeeper", "replica_generation"]
 
 #: The key of a replica session's ``meta``: ``{"id", "name", "generation"}`` of its endpoint.
 REPLICA_META = "endpoint"
-LIVE = [s for s in Status if not s.is_terminal]
 
 #: Starts a replica: (request, owner, meta) → the PENDING session.
 StartReplica = Callable[[Mapping[str, Any], str, Mapping[str, Any]], Awaitable[Session]]
@@ -136,7 +135,7 @@ class ReplicaKeeper(LoggingConfigurable):
             return
         self._swept = True  # the first round looks for orphans even without endpoints
         replicas: dict[str, list[Session]] = {}
-        live = await self.core.list_sessions(statuses=LIVE)
+        live = await self.core.list_sessions(statuses=NOT_ENDED)
         for session in live:
             endpoint_id = endpoint_of(session)
             if endpoint_id is not None:

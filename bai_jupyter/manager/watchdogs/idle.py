@@ -28,8 +28,8 @@ from ...idleness import (
     IdleRules,
     parse_idle_settings,
 )
-from ...model import IllegalTransition, KernelRole, Session, SessionType, Status
-from ..core import ACTIVE, Core
+from ...model import ACTIVE, IllegalTransition, KernelRole, Session, SessionType, Status
+from ..core import Core
 from ..lifecycle.sftp import open_connections
 from ..lifecycle.start_stop import Lifecycle
 from ..pools.config import MARK, POOL_OWNER
