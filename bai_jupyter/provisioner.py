@@ -289,7 +289,7 @@ class BaiProvisioner(KernelProvisionerBase):
 
     @staticmethod
     def _main_connection(session: Session) -> dict[str, Any]:
-        main = next((k for k in session.kernels if k.hostname == "main1"), None)
+        main = session.main if session.kernels else None
         connection = main.info.get("connection") if main is not None else None
         return connection if isinstance(connection, dict) else {}
 

@@ -7,6 +7,8 @@ import itertools
 import pytest
 
 from bai_jupyter.model import (
+    ACTIVE,
+    NOT_ENDED,
     OCCUPYING,
     TERMINAL,
     TRANSITIONS,
@@ -120,6 +122,9 @@ def test_terminal_and_occupying_states() -> None:
         S.TERMINATING,
     }
     assert OCCUPYING.isdisjoint({S.PENDING, *TERMINAL})
+    assert {S.RUNNING, S.RESTARTING} == ACTIVE
+    assert set(NOT_ENDED) == set(Status) - TERMINAL
+    assert list(NOT_ENDED) == sorted(NOT_ENDED, key=list(Status).index)
     # TERMINATED and CANCELLED are dead ends; ERROR only moves on to clean-up.
     assert TRANSITIONS[S.TERMINATED] == frozenset()
     assert TRANSITIONS[S.CANCELLED] == frozenset()
@@ -248,6 +253,7 @@ def test_create_gives_main_and_subs(size: int) -> None:
     assert [k.hostname for k in session.kernels] == cluster_hostnames(size)
     main, *subs = session.kernels
     assert main.id == session.id
+    assert session.main is main
     assert main.role is KernelRole.MAIN
     assert all(k.role is KernelRole.SUB for k in subs)
     assert len({k.id for k in session.kernels}) == size
@@ -270,6 +276,13 @@ def test_create_with_given_id_and_name() -> None:
     assert session.name == "train"
     assert Session.create(spec, "bob", 1.0).id != Session.create(spec, "bob", 1.0).id
     assert new_id() != new_id()
+
+
+def test_main_is_required() -> None:
+    session = make_session(size=2)
+    del session.kernels[0]
+    with pytest.raises(LookupError, match="no main kernel"):
+        _ = session.main
 
 
 def test_cluster_hostnames() -> None:

@@ -115,11 +115,19 @@ class Session:
     def name(self) -> str | None:
         return self.spec.name
 
+    @property
+    def main(self) -> Kernel:
+        """Its main kernel, ``main1`` (its id is the session's): every session has one."""
+        for kernel in self.kernels:
+            if kernel.role is KernelRole.MAIN:
+                return kernel
+        raise LookupError(f"session {self.id} has no main kernel")
+
     def service_address(self, service: ServicePort) -> tuple[str, int] | None:
         """Where main1's ``service`` is reached (host, port), once its kernel started."""
-        main = next((k for k in self.kernels if k.role is KernelRole.MAIN), None)
-        if main is None:
+        if not self.kernels:
             return None
+        main = self.main
         port = main.info.get("ports", {}).get(service.port_key)
         host = main.info.get("host")
         return (str(host), int(port)) if host and port else None

@@ -28,7 +28,7 @@ from ...idleness import (
     IdleRules,
     parse_idle_settings,
 )
-from ...model import ACTIVE, IllegalTransition, KernelRole, Session, SessionType, Status
+from ...model import ACTIVE, IllegalTransition, Session, SessionType, Status
 from ..core import Core
 from ..lifecycle.sftp import open_connections
 from ..lifecycle.start_stop import Lifecycle
@@ -208,7 +208,7 @@ class IdleWatch:
 
     async def _probe_sftp(self, session: Session) -> None:
         """An open SFTP connection is activity (asked of main1: the agent's exec)."""
-        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        main = session.main
         agent = self.core.agents.get(main.agent_id or "")
         if agent is None:
             return

@@ -20,7 +20,6 @@ from ...model import (
     NOT_ENDED,
     STARTING,
     IllegalTransition,
-    KernelRole,
     Session,
     SessionType,
     Status,
@@ -132,7 +131,7 @@ class Reconciler:
         found = [live.get(k.id) for k in session.kernels]
         if all(entry is not None and entry.kernel.running for entry in found):
             return  # still running: nothing to do
-        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        main = session.main
         main_live = live.get(main.id)
         if (
             session.spec.type is SessionType.BATCH
