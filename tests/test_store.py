@@ -358,7 +358,10 @@ def test_session_round_trips_with_everything(store: Store) -> None:
 
     with store.edit(session.id) as editing:
         schedule_on(editing, "a1", T0 + 1)
-        editing.status_data = {"scheduler": {"retries": 2, "msg": "ok"}, "note": [1, "two"]}
+        editing.status_data = {
+            "scheduler": {"retries": 2, "msg": "ok"},
+            "hang": {"note": [1, "two"]},
+        }
     with store.edit(session.id) as editing:
         for kernel in editing.kernels:
             kernel.container_id = f"c-{kernel.hostname}"
@@ -371,7 +374,10 @@ def test_session_round_trips_with_everything(store: Store) -> None:
     assert loaded.kernels[0].id == session.id
     assert loaded.result is SessionResult.FAILURE
     assert loaded.exit_code == 3
-    assert loaded.status_data == {"scheduler": {"retries": 2, "msg": "ok"}, "note": [1, "two"]}
+    assert loaded.status_data == {
+        "scheduler": {"retries": 2, "msg": "ok"},
+        "hang": {"note": [1, "two"]},
+    }
     assert [(h.status, h.at) for h in loaded.status_history] == [
         (Status.PENDING, T0),
         (Status.SCHEDULED, T0 + 1),
@@ -497,7 +503,7 @@ def test_illegal_transition_in_edit_writes_nothing(store: Store) -> None:
         pytest.raises(IllegalTransition, match="SCHEDULED → RUNNING"),
         store.edit(session.id) as editing,
     ):
-        editing.status_data = {"touched": True}
+        editing.status_data = {"admin_mounts": True}
         schedule_on(editing, "a1", T0 + 1)  # legal, and would reserve slots …
         editing.set_status(Status.RUNNING, T0 + 2)  # … but SCHEDULED → RUNNING is not
     assert get(store, session.id) == before

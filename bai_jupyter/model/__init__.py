@@ -39,6 +39,7 @@ from .status import (
     check_transition,
     derive_session_status,
 )
+from .status_data import StatusData
 
 __all__ = [
     "ACTIVE",
@@ -65,6 +66,7 @@ __all__ = [
     "SessionSpec",
     "SessionType",
     "Status",
+    "StatusData",
     "check_transition",
     "cluster_hostnames",
     "derive_session_status",

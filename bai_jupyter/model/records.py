@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -12,6 +11,7 @@ from ..resources import ResourceSlot
 from ..runtime.protocol import ServicePort
 from .spec import SessionSpec
 from .status import Status, check_transition, derive_session_status
+from .status_data import StatusData
 
 
 class SessionResult(str, Enum):
@@ -77,7 +77,7 @@ class Session:
     created_at: float
     status: Status = Status.PENDING
     status_info: str | None = None
-    status_data: dict[str, Any] = field(default_factory=dict)
+    status_data: StatusData = field(default_factory=StatusData)
     status_history: list[HistoryEntry] = field(default_factory=list)
     result: SessionResult = SessionResult.UNDEFINED
     exit_code: int | None = None
@@ -143,13 +143,13 @@ class Session:
         new: Status,
         now: float,
         info: str | None = None,
-        data: Mapping[str, Any] | None = None,
+        data: StatusData | None = None,
     ) -> None:
         """Move to ``new`` (validated), recording why and when."""
         check_transition(f"session {self.id}", self.status, new)
         self.status, self.status_info = new, info
         if data is not None:
-            self.status_data = dict(data)
+            self.status_data = data.copy()
         self.status_history.append(HistoryEntry(new, now, info))
 
     def sync_status(self, now: float) -> Status:
