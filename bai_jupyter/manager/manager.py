@@ -23,7 +23,6 @@ from ..agents.capped import MAX_LOG_TAIL, last_lines
 from ..agents.plugins import make_agents
 from ..errors import Conflict, InvalidRequest, Unavailable
 from ..model import ACTIVE, Agent, ExecResult, Session, SessionType, Status
-from ..mounts import MountPolicy
 from ..resources import ResourceSlot
 from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
@@ -207,10 +206,6 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         """Ask for a scheduling pass now."""
         self.core.wake()
 
-    async def schedule_now(self) -> None:
-        """One scheduling pass over every resource group, now; start what was placed."""
-        await self.scheduling.pass_now()
-
     async def host_addresses(self) -> dict[str, str]:
         """Agent id → the address its kernels reach this host at, for agents that have one."""
         found: dict[str, str] = {}
@@ -233,10 +228,6 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
                 await agent.allow_host_ports(list(self._host_ports))
             except AgentError as exc:
                 self.log.warning("bai-jupyter: agent %s: host firewall: %s", agent.id, exc)
-
-    def mount_policy(self) -> MountPolicy:
-        """The allow-list, what is never mountable, and what kernels write in (blocking)."""
-        return self.mounts.policy()
 
     # --- sessions -----------------------------------------------------------------------------
 

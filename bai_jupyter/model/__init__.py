@@ -37,7 +37,6 @@ from .status import (
     IllegalTransition,
     Status,
     check_transition,
-    derive_session_status,
 )
 from .status_data import StatusData
 
@@ -69,7 +68,6 @@ __all__ = [
     "StatusData",
     "check_transition",
     "cluster_hostnames",
-    "derive_session_status",
     "is_id_key",
     "new_id",
     "reason_problem",

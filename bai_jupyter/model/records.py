@@ -10,7 +10,7 @@ from typing import Any
 from ..resources import ResourceSlot
 from ..runtime.protocol import ServicePort
 from .spec import SessionSpec
-from .status import Status, check_transition, derive_session_status
+from .status import Status, check_transition
 from .status_data import StatusData
 
 
@@ -152,22 +152,10 @@ class Session:
             self.status_data = data.copy()
         self.status_history.append(HistoryEntry(new, now, info))
 
-    def sync_status(self, now: float) -> Status:
-        """Derive the session status from its kernels' and record a change."""
-        derived = derive_session_status(k.status for k in self.kernels)
-        if derived != self.status:
-            self.set_status(derived, now, self.status_info)
-        return self.status
-
     def finish(self, exit_code: int | None) -> None:
         """Record a batch result: exit code 0 → SUCCESS, anything else → FAILURE."""
         self.exit_code = exit_code
         self.result = SessionResult.SUCCESS if exit_code == 0 else SessionResult.FAILURE
-
-    @property
-    def occupied(self) -> ResourceSlot:
-        """Slots this session holds on agents right now."""
-        return self.spec.resources * sum(1 for k in self.kernels if k.status.occupies)
 
 
 @dataclass
