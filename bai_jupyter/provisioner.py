@@ -31,7 +31,7 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode
 
 from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
-from .model import Session, SessionType, Status
+from .model import ACTIVE, Session, SessionType, Status
 from .reach import find_sessions
 from .request import RESERVED_PORTS_TEXT
 from .request.kernel_launch import launch_request
@@ -40,7 +40,6 @@ __all__ = ["BaiProvisioner", "LaunchError"]
 
 T = TypeVar("T")
 
-_ACTIVE = {Status.RUNNING, Status.RESTARTING}
 #: The traits that are fields of the session request (the rest steer the launch).
 _REQUEST_TRAITS = (
     "image",
@@ -209,7 +208,7 @@ class BaiProvisioner(KernelProvisionerBase):
         sessions = await self._manager()
         if self.session_id is not None:
             current = await sessions.get(self.session_id, connection=True)
-            if current.status in _ACTIVE:
+            if current.status in ACTIVE:
                 self._released = self._hupped = False  # a restart in place
                 return self._connection(current)
             if self.session:
@@ -238,7 +237,7 @@ class BaiProvisioner(KernelProvisionerBase):
             "bai kernel %s: session %s is %s", self.kernel_id, session.id, session.status.value
         )
         try:
-            session = await sessions.wait_for(session.id, _ACTIVE, timeout=self.launch_timeout)
+            session = await sessions.wait_for(session.id, ACTIVE, timeout=self.launch_timeout)
         except Timeout:
             session = await self._give_up(sessions, "launch-timeout")
             raise Timeout(
@@ -256,7 +255,7 @@ class BaiProvisioner(KernelProvisionerBase):
                 _why_pending(waited),
             )
             raise
-        if session.status not in _ACTIVE:
+        if session.status not in ACTIVE:
             self.session_id = None
             why = await self._why_ended(sessions, session)
             self.log.warning("bai kernel %s: %s", self.kernel_id, why)
@@ -290,7 +289,7 @@ class BaiProvisioner(KernelProvisionerBase):
 
     @staticmethod
     def _main_connection(session: Session) -> dict[str, Any]:
-        main = next((k for k in session.kernels if k.hostname == "main1"), None)
+        main = session.main if session.kernels else None
         connection = main.info.get("connection") if main is not None else None
         return connection if isinstance(connection, dict) else {}
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from .client import RemoteManager
 from .errors import NotFound
-from .model import ClusterMode, SessionType, Status
+from .model import NOT_ENDED, STARTING, TERMINAL, ClusterMode, SessionType, Status
 from .request import SpecError, Template, merge, parse_spec, validate_partial
 from .resources import ResourceError, ResourceSlot
 from .wire import session_to_json
@@ -37,11 +37,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_STARTING = {s.value for s in (Status.SCHEDULED, Status.PREPARING, Status.PULLING)} | {
-    Status.PREPARED.value,
-    Status.CREATING.value,
-}
-_TERMINAL = {s.value for s in Status if s.is_terminal}
+_STARTING = {s.value for s in STARTING}
+_TERMINAL = {s.value for s in TERMINAL}
 
 
 class Runner(Protocol):
@@ -314,7 +311,7 @@ def check_request(request: Mapping[str, Any], template: Template | None = None) 
 
 async def load_rows(remote: RemoteManager, all_states: bool) -> list[SessionRow]:
     """The sessions view as rows, with queue positions (``all_states``: ended ones too)."""
-    statuses = None if all_states else [s for s in Status if not s.is_terminal]
+    statuses = None if all_states else list(NOT_ENDED)
     sessions, groups = await asyncio.gather(remote.list_sessions(statuses), remote.queue())
     positions = queue_positions(groups)
     rows = [SessionRow.from_json(session_to_json(s)) for s in sessions]

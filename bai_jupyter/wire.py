@@ -8,9 +8,9 @@ front ends agree on one shape; :func:`session_from_json` reads back exactly what
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
-from .model import HistoryEntry, Kernel, KernelRole, Session, SessionResult, Status
+from .model import HistoryEntry, Kernel, KernelRole, Session, SessionResult, Status, StatusData
 from .request import parse_spec, spec_to_json
 from .resources import ResourceSlot
 
@@ -78,7 +78,7 @@ def session_from_json(data: dict[str, Any]) -> Session:
         created_at=float(data["created_at"]),
         status=Status(data["status"]),
         status_info=data.get("status_info"),
-        status_data=dict(data.get("status_data") or {}),
+        status_data=cast(StatusData, dict(data.get("status_data") or {})),
         status_history=[
             HistoryEntry(Status(h["status"]), float(h["at"]), h.get("info"))
             for h in data.get("status_history") or []

@@ -155,7 +155,7 @@ def _phases(bench: Bench, session: Session, created_at: float) -> dict[str, floa
     manager's part until it asks the engine, the engine's create and start, the runtime's
     set-up until the ipykernel starts, the kernel's boot, and the ready line's way back."""
     at = {entry.status: entry.at for entry in session.status_history}
-    main = next(k for k in session.kernels if k.hostname == "main1")
+    main = session.main
     info = bench.client.api.inspect_container(main.container_id)
     started = _stamp(info["State"]["StartedAt"])
     logs = bench.client.api.logs(main.container_id, timestamps=True).decode(errors="replace")

@@ -120,7 +120,7 @@ async def test_a_kernel_cut_from_its_session_network_ends_the_session(
 ) -> None:
     request = {"cluster_size": 2, "resources": {"cpu": "0.5", "mem": "256m"}}
     session = await _running(server, request)
-    main = next(k for k in session.kernels if k.hostname == "main1")
+    main = session.main
     network = docker_engine.networks.get(f"bai-{session.id[:12]}")
     network.disconnect(main.container_id)
     client = server.client()

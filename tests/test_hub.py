@@ -226,7 +226,7 @@ async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
 
         # Alice's main1's ports (her Jupyter kernel's, her web service's) answer where the
         # service reaches them; bob's kernel tries the same with its own token and network.
-        main1 = next(k for k in web.kernels if k.hostname == "main1")
+        main1 = web.main
         host = main1.info["host"]
         targets = [[host, main1.info["connection"]["shell_port"]], [host, 8080]]
         for target_host, port in targets:

@@ -21,9 +21,8 @@ from traitlets.config import Config
 
 from bai_jupyter.idleness import idle_view
 from bai_jupyter.manager import BaiSessionManager
-from bai_jupyter.manager.core import ACTIVE
 from bai_jupyter.manager.watchdogs.utilization import CpuWindows
-from bai_jupyter.model import Session, SessionResult, Status
+from bai_jupyter.model import ACTIVE, Session, SessionResult, Status
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -179,13 +179,6 @@ async def test_revoked_tokens_are_refused(server: Server) -> None:
     await server.client("alice-token").destroy(a)
 
 
-async def test_old_owner_tokens_are_refused_with_a_reason(server: Server) -> None:
-    kernel, _ = _kernel_side(server)
-    reply = await kernel.fetch("GET", "bai/api/v1/sessions", token="bai1.YWxpY2U.00")
-    assert reply.code == 403
-    assert "restart the kernel" in _error(reply)
-
-
 async def test_kernel_tokens_may_be_kept_from_creating_sessions(tmp_path: Path) -> None:
     config = MULTI_USER + _LOCAL + "c.BaiJupyterApp.kernel_tokens_create_sessions = False\n"
     server = start_server(tmp_path, config)

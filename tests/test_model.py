@@ -7,6 +7,8 @@ import itertools
 import pytest
 
 from bai_jupyter.model import (
+    ACTIVE,
+    NOT_ENDED,
     OCCUPYING,
     TERMINAL,
     TRANSITIONS,
@@ -23,7 +25,6 @@ from bai_jupyter.model import (
     Status,
     check_transition,
     cluster_hostnames,
-    derive_session_status,
     new_id,
 )
 from bai_jupyter.resources import ResourceError, ResourceSlot
@@ -120,6 +121,9 @@ def test_terminal_and_occupying_states() -> None:
         S.TERMINATING,
     }
     assert OCCUPYING.isdisjoint({S.PENDING, *TERMINAL})
+    assert {S.RUNNING, S.RESTARTING} == ACTIVE
+    assert set(NOT_ENDED) == set(Status) - TERMINAL
+    assert list(NOT_ENDED) == sorted(NOT_ENDED, key=list(Status).index)
     # TERMINATED and CANCELLED are dead ends; ERROR only moves on to clean-up.
     assert TRANSITIONS[S.TERMINATED] == frozenset()
     assert TRANSITIONS[S.CANCELLED] == frozenset()
@@ -145,77 +149,6 @@ def test_every_state_is_reachable_and_can_end() -> None:
                     seen.add(nxt)
                     todo.append(nxt)
         assert seen & {S.TERMINATED, S.CANCELLED}, state
-
-
-# --- derive_session_status -------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("kernels", "expected"),
-    [
-        ([], S.PENDING),
-        ([S.RUNNING], S.RUNNING),
-        ([S.RUNNING, S.RUNNING, S.RUNNING], S.RUNNING),
-        ([S.CANCELLED, S.CANCELLED], S.CANCELLED),
-        ([S.TERMINATED], S.TERMINATED),
-        ([S.PENDING, S.SCHEDULED], S.PENDING),
-        ([S.SCHEDULED, S.PREPARING], S.SCHEDULED),
-        ([S.PREPARING, S.PULLING, S.PREPARED], S.PREPARING),
-        ([S.PULLING, S.PREPARED], S.PULLING),
-        ([S.PREPARED, S.CREATING], S.PREPARED),
-        ([S.CREATING, S.RUNNING], S.CREATING),
-        ([S.RUNNING, S.ERROR], S.ERROR),
-        ([S.TERMINATED, S.ERROR, S.RUNNING], S.ERROR),
-        ([S.RUNNING, S.TERMINATING], S.TERMINATING),
-        ([S.RUNNING, S.RESTARTING], S.RESTARTING),
-        ([S.TERMINATING, S.RESTARTING], S.TERMINATING),
-        ([S.RUNNING, S.TERMINATED], S.TERMINATING),
-        ([S.CREATING, S.CANCELLED], S.TERMINATING),
-        ([S.TERMINATED, S.CANCELLED], S.TERMINATED),
-        ([S.TERMINATED, S.TERMINATED], S.TERMINATED),
-    ],
-)
-def test_derive_session_status(kernels: list[Status], expected: Status) -> None:
-    assert derive_session_status(kernels) is expected
-    assert derive_session_status(reversed(kernels)) is expected
-    assert derive_session_status(iter(kernels)) is expected
-
-
-def test_sync_status_follows_kernels() -> None:
-    session = make_session(size=2)
-    assert session.sync_status(1.0) is S.PENDING
-    assert len(session.status_history) == 1  # no change, nothing recorded
-    for kernel in session.kernels:
-        kernel.set_status(S.SCHEDULED)
-    assert session.sync_status(2.0) is S.SCHEDULED
-    # The slowest kernel decides; the session is synced after every kernel step.
-    for step in (S.PREPARING, S.PREPARED, S.CREATING):
-        session.kernels[0].set_status(step)
-        assert session.sync_status(3.0) is S.SCHEDULED
-    for step, expected in [
-        (S.PREPARING, S.PREPARING),
-        (S.PULLING, S.PULLING),
-        (S.PREPARED, S.PREPARED),
-        (S.CREATING, S.CREATING),
-        (S.RUNNING, S.CREATING),
-    ]:
-        session.kernels[1].set_status(step)
-        assert session.sync_status(4.0) is expected
-    session.kernels[0].set_status(S.RUNNING)
-    assert session.sync_status(5.0) is S.RUNNING
-    session.kernels[0].set_status(S.ERROR)
-    assert session.sync_status(6.0) is S.ERROR
-    assert [h.status for h in session.status_history] == [
-        S.PENDING,
-        S.SCHEDULED,
-        S.PREPARING,
-        S.PULLING,
-        S.PREPARED,
-        S.CREATING,
-        S.RUNNING,
-        S.ERROR,
-    ]
-    assert [h.at for h in session.status_history] == [0.0, 2.0, 4.0, 4.0, 4.0, 4.0, 5.0, 6.0]
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -248,6 +181,7 @@ def test_create_gives_main_and_subs(size: int) -> None:
     assert [k.hostname for k in session.kernels] == cluster_hostnames(size)
     main, *subs = session.kernels
     assert main.id == session.id
+    assert session.main is main
     assert main.role is KernelRole.MAIN
     assert all(k.role is KernelRole.SUB for k in subs)
     assert len({k.id for k in session.kernels}) == size
@@ -270,6 +204,13 @@ def test_create_with_given_id_and_name() -> None:
     assert session.name == "train"
     assert Session.create(spec, "bob", 1.0).id != Session.create(spec, "bob", 1.0).id
     assert new_id() != new_id()
+
+
+def test_main_is_required() -> None:
+    session = make_session(size=2)
+    del session.kernels[0]
+    with pytest.raises(LookupError, match="no main kernel"):
+        _ = session.main
 
 
 def test_cluster_hostnames() -> None:
@@ -335,16 +276,6 @@ def test_spec_defaults_and_total_resources() -> None:
     assert spec.resources == ResourceSlot()
     spec = SessionSpec(resources=ResourceSlot({"cpu": "0.5", "mem": "1g"}), cluster_size=3)
     assert spec.total_resources == ResourceSlot({"cpu": "1.5", "mem": "3g"})
-
-
-def test_session_occupied_counts_occupying_kernels() -> None:
-    session = make_session(size=3)
-    assert session.occupied == ResourceSlot()
-    for kernel in session.kernels:
-        kernel.set_status(S.SCHEDULED)
-    assert session.occupied == ResourceSlot({"cpu": 3, "mem": "3g"})
-    session.kernels[0].set_status(S.ERROR)
-    assert session.occupied == ResourceSlot({"cpu": 2, "mem": "2g"})
 
 
 def test_agent_free() -> None:

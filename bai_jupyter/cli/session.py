@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from traitlets import Bool, Float, Int, Unicode
 
 from ..client import RemoteManager
-from ..model import SessionType, Status
+from ..model import TERMINAL, SessionType, Status
 from ..runtime.protocol import RSYNC_MODULE, RSYNC_USER
 from ..sessions_model import load_rows
 from ..text import cluster_text, sessions_table
@@ -78,7 +78,7 @@ class SessionCreateApp(SessionCommand):
 
         view = self.call(create)
         self.show(view)
-        ended = view["status"] in {s.value for s in Status if s.is_terminal}
+        ended = view["status"] in {s.value for s in TERMINAL}
         return 1 if self.wait and ended and view.get("result") != "SUCCESS" else 0
 
 

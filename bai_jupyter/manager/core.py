@@ -20,19 +20,18 @@ from traitlets.config import LoggingConfigurable
 from ..agents.base import AgentBackend
 from ..errors import NotFound, Timeout, Unavailable
 from ..loops import Periodic
-from ..model import TRANSITIONS, Kernel, Session, Status
+from ..model import ACTIVE, TRANSITIONS, Kernel, Session, Status
 from ..scheduler import SchedulerConfig
 from ..scheduler.selectors import AgentSelector
 from ..scheduler.sequencers import Sequencer
 from ..store import Store, Transaction
 from .events import EventHub
 
-__all__ = ["ACTIVE", "Core", "GroupScheduler", "Settings", "find_kernel", "move"]
+__all__ = ["Core", "GroupScheduler", "Settings", "find_kernel", "move"]
 
 T = TypeVar("T")
 
 #: A session whose kernels are up (a restart keeps them up).
-ACTIVE = frozenset({Status.RUNNING, Status.RESTARTING})
 
 
 class Settings(Protocol):

@@ -22,12 +22,11 @@ from ..agents.base import AgentBackend, AgentError
 from ..agents.capped import MAX_LOG_TAIL, last_lines
 from ..agents.plugins import make_agents
 from ..errors import Conflict, InvalidRequest, Unavailable
-from ..model import Agent, ExecResult, Session, SessionType, Status
-from ..mounts import MountPolicy
+from ..model import ACTIVE, Agent, ExecResult, Session, SessionType, Status
 from ..resources import ResourceSlot
 from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
-from .core import ACTIVE, Core, find_kernel
+from .core import Core, find_kernel
 from .endpoints.replicas import ReplicaKeeper
 from .endpoints.service import Endpoints
 from .lifecycle.start_stop import Lifecycle
@@ -212,10 +211,6 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         """Ask for a scheduling pass now."""
         self.core.wake()
 
-    async def schedule_now(self) -> None:
-        """One scheduling pass over every resource group, now; start what was placed."""
-        await self.scheduling.pass_now()
-
     async def host_addresses(self) -> dict[str, str]:
         """Agent id → the address its kernels reach this host at, for agents that have one."""
         found: dict[str, str] = {}
@@ -238,10 +233,6 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
                 await agent.allow_host_ports(list(self._host_ports))
             except AgentError as exc:
                 self.log.warning("bai-jupyter: agent %s: host firewall: %s", agent.id, exc)
-
-    def mount_policy(self) -> MountPolicy:
-        """The allow-list, what is never mountable, and what kernels write in (blocking)."""
-        return self.mounts.policy()
 
     # --- sessions -----------------------------------------------------------------------------
 

@@ -28,6 +28,8 @@ from .spec import (
     cluster_hostnames,
 )
 from .status import (
+    ACTIVE,
+    NOT_ENDED,
     OCCUPYING,
     STARTING,
     TERMINAL,
@@ -35,13 +37,15 @@ from .status import (
     IllegalTransition,
     Status,
     check_transition,
-    derive_session_status,
 )
+from .status_data import StatusData
 
 __all__ = [
+    "ACTIVE",
     "ID_KEY_RE",
     "MAIN_ROLE",
     "MAX_REASON",
+    "NOT_ENDED",
     "OCCUPYING",
     "REASON_RE",
     "STARTING",
@@ -61,9 +65,9 @@ __all__ = [
     "SessionSpec",
     "SessionType",
     "Status",
+    "StatusData",
     "check_transition",
     "cluster_hostnames",
-    "derive_session_status",
     "is_id_key",
     "new_id",
     "reason_problem",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -11,7 +10,8 @@ from typing import Any
 from ..resources import ResourceSlot
 from ..runtime.protocol import ServicePort
 from .spec import SessionSpec
-from .status import Status, check_transition, derive_session_status
+from .status import Status, check_transition
+from .status_data import StatusData
 
 
 class SessionResult(str, Enum):
@@ -77,7 +77,7 @@ class Session:
     created_at: float
     status: Status = Status.PENDING
     status_info: str | None = None
-    status_data: dict[str, Any] = field(default_factory=dict)
+    status_data: StatusData = field(default_factory=StatusData)
     status_history: list[HistoryEntry] = field(default_factory=list)
     result: SessionResult = SessionResult.UNDEFINED
     exit_code: int | None = None
@@ -115,11 +115,19 @@ class Session:
     def name(self) -> str | None:
         return self.spec.name
 
+    @property
+    def main(self) -> Kernel:
+        """Its main kernel, ``main1`` (its id is the session's): every session has one."""
+        for kernel in self.kernels:
+            if kernel.role is KernelRole.MAIN:
+                return kernel
+        raise LookupError(f"session {self.id} has no main kernel")
+
     def service_address(self, service: ServicePort) -> tuple[str, int] | None:
         """Where main1's ``service`` is reached (host, port), once its kernel started."""
-        main = next((k for k in self.kernels if k.role is KernelRole.MAIN), None)
-        if main is None:
+        if not self.kernels:
             return None
+        main = self.main
         port = main.info.get("ports", {}).get(service.port_key)
         host = main.info.get("host")
         return (str(host), int(port)) if host and port else None
@@ -135,31 +143,19 @@ class Session:
         new: Status,
         now: float,
         info: str | None = None,
-        data: Mapping[str, Any] | None = None,
+        data: StatusData | None = None,
     ) -> None:
         """Move to ``new`` (validated), recording why and when."""
         check_transition(f"session {self.id}", self.status, new)
         self.status, self.status_info = new, info
         if data is not None:
-            self.status_data = dict(data)
+            self.status_data = data.copy()
         self.status_history.append(HistoryEntry(new, now, info))
-
-    def sync_status(self, now: float) -> Status:
-        """Derive the session status from its kernels' and record a change."""
-        derived = derive_session_status(k.status for k in self.kernels)
-        if derived != self.status:
-            self.set_status(derived, now, self.status_info)
-        return self.status
 
     def finish(self, exit_code: int | None) -> None:
         """Record a batch result: exit code 0 → SUCCESS, anything else → FAILURE."""
         self.exit_code = exit_code
         self.result = SessionResult.SUCCESS if exit_code == 0 else SessionResult.FAILURE
-
-    @property
-    def occupied(self) -> ResourceSlot:
-        """Slots this session holds on agents right now."""
-        return self.spec.resources * sum(1 for k in self.kernels if k.status.occupies)
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from enum import Enum
 
 
@@ -54,10 +53,13 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.ERROR: frozenset({Status.TERMINATING, Status.TERMINATED}),
 }
 
+#: Ended: nothing runs and nothing more happens but the clean-up of an ERROR.
 TERMINAL = frozenset({Status.TERMINATED, Status.CANCELLED, Status.ERROR})
-OCCUPYING = frozenset({*STARTING, Status.RUNNING, Status.RESTARTING, Status.TERMINATING})
-#: Order of progress, used to derive a session's status from its kernels'.
-_PROGRESS = [Status.PENDING, *STARTING, Status.RUNNING]
+#: Not ended (every state but the TERMINAL ones), in lifecycle order.
+NOT_ENDED = tuple(s for s in Status if s not in TERMINAL)
+#: Its kernels run: code can be executed, services reached (a kernel may be restarting).
+ACTIVE = frozenset({Status.RUNNING, Status.RESTARTING})
+OCCUPYING = frozenset({*STARTING, *ACTIVE, Status.TERMINATING})
 
 
 class IllegalTransition(RuntimeError):
@@ -72,20 +74,3 @@ def check_transition(what: str, old: Status, new: Status) -> None:
     """Raise :class:`IllegalTransition` unless ``old → new`` is in the table."""
     if new not in TRANSITIONS[old]:
         raise IllegalTransition(what, old, new)
-
-
-def derive_session_status(kernel_statuses: Iterable[Status]) -> Status:
-    """A session's status from its kernels': the worst or least advanced wins."""
-    statuses = set(kernel_statuses)
-    if not statuses:
-        return Status.PENDING
-    if len(statuses) == 1:
-        return next(iter(statuses))
-    for dominant in (Status.ERROR, Status.TERMINATING, Status.RESTARTING):
-        if dominant in statuses:
-            return dominant
-    if statuses <= {Status.TERMINATED, Status.CANCELLED}:
-        return Status.TERMINATED
-    if statuses & {Status.TERMINATED, Status.CANCELLED}:
-        return Status.TERMINATING  # some kernels are gone, the rest still must go
-    return min(statuses, key=_PROGRESS.index)

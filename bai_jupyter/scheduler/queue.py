@@ -85,7 +85,8 @@ def apply_result(tx: Transaction, snapshot: Snapshot, result: PassResult, now: f
             kernel.agent_id = agent_id
             kernel.set_status(Status.SCHEDULED)
         # Not pending any more: the why-pending record would only mislead.
-        data = {k: v for k, v in session.status_data.items() if k != "scheduler"}
+        data = session.status_data.copy()
+        data.pop("scheduler", None)
         session.set_status(Status.SCHEDULED, now, None, data)
         tx.save_session(session, before)
     for cancel in result.cancellations:

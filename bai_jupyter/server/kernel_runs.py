@@ -31,7 +31,7 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.connect import KernelConnectionInfo
 
 from ..errors import Conflict, InvalidRequest, NotFound, Unavailable
-from ..model import KernelRole, Session
+from ..model import Session
 from ..runtime.protocol import CHANNELS
 from .checks import require_running
 
@@ -269,7 +269,7 @@ class KernelRuns:
         async with self._locks.setdefault(session.id, asyncio.Lock()):
             conn = self._connections.get(session.id)
             if conn is None:
-                main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+                main = session.main
                 info = main.info.get("connection")
                 if not info:
                     raise InvalidRequest(

@@ -16,7 +16,7 @@ from tornado import web
 from ..agents.capped import MAX_LOG_TAIL
 from ..errors import Forbidden, InvalidRequest
 from ..idleness import idle_view
-from ..model import KernelRole, Session, SessionType, Status
+from ..model import ACTIVE, KernelRole, Session, SessionType, Status
 from ..wire import session_to_json
 from .base import BaiHandler
 from .checks import require_running
@@ -71,9 +71,7 @@ def session_view(session: Session, base_url: str, connection: bool = False) -> d
     view = {
         **session_to_json(session),
         "services": service_list(session, base_url),
-        "idle": idle_view(
-            session.status_data, time.time(), session.status in (Status.RUNNING, Status.RESTARTING)
-        ),
+        "idle": idle_view(session.status_data, time.time(), session.status in ACTIVE),
         "sftp": None,
     }
     for kernel in view["kernels"]:

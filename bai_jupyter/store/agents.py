@@ -48,6 +48,3 @@ class AgentRecords:
             )
         else:
             self.conn.execute(sa.insert(agents_table), [values])
-
-    def remove_agent(self, agent_id: str) -> None:
-        self.conn.execute(sa.delete(agents_table).where(agents_table.c.id == agent_id))

@@ -8,18 +8,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..model import (
+    NOT_ENDED,
     OCCUPYING,
     Agent,
     Kernel,
     Session,
-    Status,
 )
 from ..request import Template, spec_to_json
 from ..resources import ResourceSlot
 from ..wire import kernel_to_json
 from .tables import kernels_table
 
-LIVE = [s.value for s in Status if not s.is_terminal]
+NOT_ENDED_VALUES = [s.value for s in NOT_ENDED]
 OCCUPYING_VALUES = [s.value for s in OCCUPYING]
 
 

@@ -14,7 +14,14 @@ from ..request import parse_spec
 from ..resources import ResourceSlot
 from ..wire import kernel_from_json
 from .errors import NameConflict
-from .rows import KERNEL_COLUMNS, LIVE, OCCUPYING_VALUES, chunks, kernel_values, session_values
+from .rows import (
+    KERNEL_COLUMNS,
+    NOT_ENDED_VALUES,
+    OCCUPYING_VALUES,
+    chunks,
+    kernel_values,
+    session_values,
+)
 from .tables import agents_table, history_table, kernels_table, sessions_table
 
 
@@ -83,7 +90,8 @@ class SessionRecords:
                 sa.select(sessions_table)
                 .where(sessions_table.c.owner == owner, sessions_table.c.name == key)
                 .order_by(
-                    sessions_table.c.status.in_(LIVE).desc(), sessions_table.c.created_at.desc()
+                    sessions_table.c.status.in_(NOT_ENDED_VALUES).desc(),
+                    sessions_table.c.created_at.desc(),
                 )
                 .limit(1)
             ).all()
@@ -114,7 +122,7 @@ class SessionRecords:
                 sa.select(sessions_table.c.id).where(
                     sessions_table.c.owner == session.owner,
                     sessions_table.c.name == session.spec.name,
-                    sessions_table.c.status.in_(LIVE),
+                    sessions_table.c.status.in_(NOT_ENDED_VALUES),
                 )
             ).first()
             if clash is not None:

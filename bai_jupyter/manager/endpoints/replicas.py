@@ -23,14 +23,13 @@ from ...endpoints import Autoscaler, Endpoint, Replica, ReplicaState, Route, Rou
 from ...endpoints.health import check_health
 from ...errors import BaiError
 from ...loops import Backoff, Periodic
-from ...model import Session, Status
+from ...model import NOT_ENDED, Session, Status
 from ..core import Core
 
 __all__ = ["REPLICA_META", "ReplicaKeeper", "replica_generation"]
 
 #: The key of a replica session's ``meta``: ``{"id", "name", "generation"}`` of its endpoint.
 REPLICA_META = "endpoint"
-LIVE = [s for s in Status if not s.is_terminal]
 
 #: Starts a replica: (request, owner, meta) → the PENDING session.
 StartReplica = Callable[[Mapping[str, Any], str, Mapping[str, Any]], Awaitable[Session]]
@@ -138,7 +137,7 @@ class ReplicaKeeper(LoggingConfigurable):
             return
         self._swept = True  # the first round looks for orphans even without endpoints
         replicas: dict[str, list[Session]] = {}
-        live = await self.core.list_sessions(statuses=LIVE)
+        live = await self.core.list_sessions(statuses=NOT_ENDED)
         for session in live:
             endpoint_id = endpoint_of(session)
             if endpoint_id is not None:

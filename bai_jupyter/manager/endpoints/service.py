@@ -12,11 +12,11 @@ from typing import Any
 
 from ...endpoints import Endpoint, Load, parse_endpoint, parse_update
 from ...errors import Conflict, InvalidRequest, NotFound
-from ...model import Session, Status, new_id
+from ...model import NOT_ENDED, Session, Status, new_id
 from ...request import SpecError
 from ...store import NameConflict
 from ..core import Core
-from .replicas import LIVE, ReplicaKeeper, endpoint_of, replica_generation
+from .replicas import ReplicaKeeper, endpoint_of, replica_generation
 
 __all__ = ["Endpoints"]
 
@@ -68,7 +68,7 @@ class Endpoints:
     async def list_all(self, owner: str | None) -> list[dict[str, Any]]:
         """The owner's endpoints (everyone's for ``None``), by name."""
         found = await self.core.query(lambda tx: tx.list_endpoints(owner))
-        sessions = await self.core.list_sessions(owner, LIVE)
+        sessions = await self.core.list_sessions(owner, NOT_ENDED)
         return [self.view(e, [s for s in sessions if endpoint_of(s) == e.id]) for e in found]
 
     async def update(
@@ -118,7 +118,7 @@ class Endpoints:
         return found
 
     async def _replicas(self, endpoint_id: str) -> list[Session]:
-        sessions = await self.core.list_sessions(None, LIVE)
+        sessions = await self.core.list_sessions(None, NOT_ENDED)
         return [s for s in sessions if endpoint_of(s) == endpoint_id]
 
     def view(self, endpoint: Endpoint, sessions: list[Session]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from ...model import KernelRole, Session, SessionSpec, Status
+from ...model import Session, SessionSpec, Status
 from ...scheduler.context import PassContext
 from ...scheduler.placement import AgentPool
 from ...scheduler.predicates import concurrency, owner_resources
@@ -137,7 +137,7 @@ class PoolClaims:
 
     async def _hand_over(self, warm: Session, meta: Mapping[str, Any]) -> None:
         """Move main1's ipykernel to the folder a cold start would give it."""
-        main = next(k for k in warm.kernels if k.role is KernelRole.MAIN)
+        main = warm.main
         agent = self.core.agents.get(main.agent_id or "")
         connection = main.info.get("connection")
         if agent is None or not isinstance(connection, dict) or not connection.get("key"):

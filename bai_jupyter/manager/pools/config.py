@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
@@ -41,7 +41,7 @@ __all__ = [
 POOL_OWNER = "(warm pool)"
 #: ``meta`` of an unclaimed warm session: ``{"pool", "key"}`` (and ``"reserved"`` while a
 #: claim hands it over); ``status_data`` of a claimed one: ``{"pool", "claimed_at"}``.
-MARK = "warm_pool"
+MARK: Final = "warm_pool"
 #: A reservation older than this is a claim that died half-way: the session is free again.
 RESERVED_FOR = 60.0
 #: What each pool counts (kept in the store): launches that matched it, served warm,

@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from ...errors import BaiError
-from ...model import Agent, Session, SessionSpec, Status
+from ...model import NOT_ENDED, Agent, Session, SessionSpec, Status
 from ...request import spec_to_json
 from ...resources import ResourceSlot
 from ...scheduler.dispatcher import PassResult
@@ -50,8 +50,6 @@ from .config import (
 )
 
 __all__ = ["POOL_OWNER", "WarmPools"]
-
-_LIVE = [s for s in Status if not s.is_terminal]
 
 
 class PoolSettings(Protocol):
@@ -120,7 +118,7 @@ class WarmPools:
 
     async def round(self) -> None:
         """End what no pool describes, refill what is short while nobody waits."""
-        sessions = await self.core.list_sessions(owner=POOL_OWNER, statuses=_LIVE)
+        sessions = await self.core.list_sessions(owner=POOL_OWNER, statuses=NOT_ENDED)
         if not self.pools and not sessions:
             return
         for pool in self.pools:
@@ -198,7 +196,7 @@ class WarmPools:
 
     async def drain(self) -> None:
         """End every unclaimed warm session (the manager stops)."""
-        for session in await self.core.list_sessions(owner=POOL_OWNER, statuses=_LIVE):
+        for session in await self.core.list_sessions(owner=POOL_OWNER, statuses=NOT_ENDED):
             await self.end(session, "pool-drained")
 
     # --- pressure -----------------------------------------------------------------------------
@@ -215,7 +213,7 @@ class WarmPools:
 
         def read(tx: Transaction) -> tuple[list[Session], list[Session], list[Agent]]:
             waiting = [s for sid in short if (s := tx.get_session(sid)) is not None]
-            warm = tx.list_sessions(owner=POOL_OWNER, statuses=_LIVE, resource_group=group)
+            warm = tx.list_sessions(owner=POOL_OWNER, statuses=NOT_ENDED, resource_group=group)
             return waiting, warm, tx.list_agents(group)
 
         waiting, warm, agents = await self.core.query(read)
@@ -247,7 +245,7 @@ class WarmPools:
 
     async def view(self) -> list[dict[str, Any]]:
         """Each pool: its settings, its sessions by state, and its claim counts."""
-        sessions = await self.core.list_sessions(owner=POOL_OWNER, statuses=_LIVE)
+        sessions = await self.core.list_sessions(owner=POOL_OWNER, statuses=NOT_ENDED)
         names = [p.name for p in self.pools]
         stats = await self.core.query(lambda tx: {n: pool_stats(tx, n) for n in names})
         now = time.time()

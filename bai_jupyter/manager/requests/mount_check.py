@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import Final, Protocol
 
 from jupyter_core.paths import (
     jupyter_config_path,
@@ -27,7 +27,7 @@ from ..core import Core
 __all__ = ["ADMIN_MOUNTS", "MountCheck"]
 
 #: In a session's ``status_data``: it was admitted with an admin's right to any host path.
-ADMIN_MOUNTS = "admin_mounts"
+ADMIN_MOUNTS: Final = "admin_mounts"
 
 
 class MountSettings(Protocol):

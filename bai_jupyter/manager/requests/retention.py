@@ -10,7 +10,7 @@ import time
 from typing import Protocol
 
 from ...errors import Conflict
-from ...model import Session, Status
+from ...model import TERMINAL, Session
 from ..core import Core
 
 __all__ = ["Retention"]
@@ -45,7 +45,7 @@ class Retention:
     async def purge_ended(self, older_than: float) -> int:
         """Delete the records of sessions that ended more than ``older_than`` seconds ago."""
         cutoff = time.time() - older_than
-        ended = await self.core.list_sessions(statuses=[s for s in Status if s.is_terminal])
+        ended = await self.core.list_sessions(statuses=TERMINAL)
         old = [s.id for s in ended if (s.status_history[-1].at if s.status_history else 0) < cutoff]
         return await self.core.db(lambda tx: tx.delete_sessions(old)) if old else 0
 

@@ -30,7 +30,7 @@ class ServicePorts:
             raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
         if service.name in {s.name for s in session.spec.services}:
             raise Conflict(f"session {session.id} already has a service {service.name!r}")
-        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        main = session.main
         agent = self.core.agent_of(main)
         reached = agent.late_port(service.port)
         if reached is None:

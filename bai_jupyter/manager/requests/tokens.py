@@ -22,7 +22,6 @@ from ..core import Core
 __all__ = ["KernelTokens", "TokenSigner"]
 
 _PREFIX = "bai2."
-_OLD_PREFIX = "bai1."
 
 
 def _child_key(session_id: str) -> str:
@@ -85,11 +84,6 @@ class KernelTokens:
         """The live session a token grants; ``None`` for what is no kernel token at all.
 
         Forbidden (saying why) for a kernel token that no longer grants anything."""
-        if token and token.startswith(_OLD_PREFIX):
-            raise Forbidden(
-                "the kernel token format changed (bai1 tokens are no longer accepted): "
-                "restart the kernel to get a new BAI_JUPYTER_TOKEN"
-            )
         parsed = self.signer.parse(token)
         if parsed is None:
             return None

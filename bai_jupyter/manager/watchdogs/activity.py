@@ -22,7 +22,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from ...model import KernelRole, Session
+from ...model import Session
 from ..core import Core
 
 __all__ = ["Activity", "kernel_message"]
@@ -77,7 +77,7 @@ class Activity:
     def follow_kernel(self, session: Session, joined: asyncio.Event | None = None) -> None:
         """Follow main1's iopub channel (once per session) where the session has one;
         ``joined`` is set once connected to it (or at once when there is nothing to follow)."""
-        main = next((k for k in session.kernels if k.role is KernelRole.MAIN), None)
+        main = session.main if session.kernels else None
         connection = (main.info.get("connection") if main else None) or {}
         if session.id in self._followers or not (
             connection.get("iopub_port") and connection.get("ip")

@@ -28,8 +28,8 @@ from ...idleness import (
     IdleRules,
     parse_idle_settings,
 )
-from ...model import IllegalTransition, KernelRole, Session, SessionType, Status
-from ..core import ACTIVE, Core
+from ...model import ACTIVE, IllegalTransition, Session, SessionType, Status
+from ..core import Core
 from ..lifecycle.sftp import open_connections
 from ..lifecycle.start_stop import Lifecycle
 from ..pools.config import MARK, POOL_OWNER
@@ -210,7 +210,7 @@ class IdleWatch:
 
     async def _probe_sftp(self, session: Session) -> None:
         """An open SFTP connection is activity (asked of main1: the agent's exec)."""
-        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        main = session.main
         agent = self.core.agents.get(main.agent_id or "")
         if agent is None:
             return

@@ -7,8 +7,8 @@ import time
 
 from ...agents.base import AgentBackend, KernelEvent, KernelEventKind
 from ...errors import NotFound
-from ...model import STARTING, IllegalTransition, KernelRole, Session, SessionType
-from ..core import ACTIVE, Core, Settings
+from ...model import ACTIVE, STARTING, IllegalTransition, KernelRole, Session, SessionType
+from ..core import Core, Settings
 from ..lifecycle.start_stop import Lifecycle
 
 __all__ = ["KernelWatcher"]

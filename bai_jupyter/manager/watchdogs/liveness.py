@@ -19,9 +19,9 @@ import time
 from typing import Protocol
 
 from ...agents.base import AgentBackend, AgentError
-from ...model import STARTING, Session, Status
+from ...model import ACTIVE, STARTING, Session, Status
 from ...store import Transaction
-from ..core import ACTIVE, Core, move
+from ..core import Core, move
 from ..lifecycle.start_stop import Lifecycle
 from .reconcile import Reconciler
 

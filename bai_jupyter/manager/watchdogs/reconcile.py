@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from ...agents.base import AgentBackend, AgentError, KernelEvent, KernelEventKind, LiveKernel
 from ...kernel_plan import LABEL_SCOPE
-from ...model import STARTING, IllegalTransition, KernelRole, Session, SessionType, Status
+from ...model import (
+    NOT_ENDED,
+    STARTING,
+    IllegalTransition,
+    Session,
+    SessionType,
+    Status,
+)
 from ..core import Core, Settings
 from ..lifecycle.start_stop import Lifecycle
 from .hangs import HangWatch
@@ -66,7 +73,7 @@ class Reconciler:
                 core.log.warning("bai-jupyter: agent %s unreachable: %s", agent.id, exc)
                 unreachable.add(agent.id)
         known: set[str] = set()
-        for session in await core.list_sessions(statuses=[s for s in Status if not s.is_terminal]):
+        for session in await core.list_sessions(statuses=NOT_ENDED):
             if session.status is Status.PENDING:
                 continue
             known.add(session.id)
@@ -92,7 +99,7 @@ class Reconciler:
     async def sweep_agent(self, agent: AgentBackend) -> None:
         """Remove an agent's kernels of sessions that ended while it did not answer."""
         here = {k.session_id for k in await self._ours(agent)}
-        alive = await self.core.list_sessions(statuses=[s for s in Status if not s.is_terminal])
+        alive = await self.core.list_sessions(statuses=NOT_ENDED)
         await self._remove_strays(agent, here - {s.id for s in alive})
 
     async def _session(
@@ -124,7 +131,7 @@ class Reconciler:
         found = [live.get(k.id) for k in session.kernels]
         if all(entry is not None and entry.kernel.running for entry in found):
             return  # still running: nothing to do
-        main = next(k for k in session.kernels if k.role is KernelRole.MAIN)
+        main = session.main
         main_live = live.get(main.id)
         if (
             session.spec.type is SessionType.BATCH

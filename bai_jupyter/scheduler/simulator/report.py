@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...model import SessionResult, Status
+from ...model import SessionResult, Status, StatusData
 from ..config import SchedulerConfig
 
 #: The metrics in words, for ``--help`` (kept next to the types that carry them).
@@ -37,7 +37,7 @@ class SessionRow:
     scheduled_at: float | None
     finished_at: float | None
     agents: list[str]
-    status_data: dict[str, Any]
+    status_data: StatusData
 
     @property
     def wait(self) -> float | None:
