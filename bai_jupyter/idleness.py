@@ -1,6 +1,6 @@
 """Idle rules: when a running session ends for want of use, and how long it has left.
 
-Three rules, each off unless configured (README, "Idle timeouts and limits"):
+Three rules, each off unless configured (docs/sessions.md, "Idle timeouts and limits"):
 
 * ``idle_timeout``: no activity for T seconds (code run by main1's kernel, a command
   through the API, a proxied connection, an SFTP connection, an activity call);

@@ -82,7 +82,7 @@ class ManagerSettings(HasTraits):
         "name). Never mountable, even here: /proc, /sys, /dev, /run, the container "
         "engines' sockets and state, the store's directory, the Jupyter runtime and data "
         "dirs, this package and its runtime, and the data folders' root and anything in "
-        "it. See 'Mounts' in the README.",
+        "it. See 'Mounts' in docs/sessions.md.",
     )
     policies = Dict(
         {},

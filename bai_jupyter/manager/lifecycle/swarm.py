@@ -24,7 +24,7 @@ __all__ = ["HOW_TO_FORM", "SwarmNetworks"]
 HOW_TO_FORM = (
     "form one: `docker swarm init --advertise-addr ADDR` on one engine, then "
     "`docker swarm join --token TOKEN ADDR:2377` on each other one (`docker swarm "
-    "join-token worker` prints the command); see the README, Multi-node sessions"
+    "join-token worker` prints the command); see docs/multinode.md"
 )
 
 
