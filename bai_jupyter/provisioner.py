@@ -79,15 +79,11 @@ def _exit_code(session: Session) -> int | None:
 
 
 def _why_pending(session: Session) -> str:
-    """The scheduler's why-pending record in one line."""
-    data = session.scheduler_data
-    reasons = [str(p.get("msg") or p.get("name")) for p in data.get("failed_predicates") or []]
-    if data.get("msg") and data["msg"] not in reasons:
-        reasons.append(str(data["msg"]))
-    if not reasons:
+    """Why it waited: the session's ``pending_reason`` and how many passes tried it."""
+    if not session.pending_reason:
         return "the scheduler has not tried it yet"
-    tries = data.get("retries")
-    return "; ".join(reasons) + (f" (after {tries} scheduling tries)" if tries else "")
+    tries = session.scheduler_data.get("retries")
+    return session.pending_reason + (f" (after {tries} scheduling tries)" if tries else "")
 
 
 class BaiProvisioner(KernelProvisionerBase):

@@ -51,14 +51,12 @@ class Runner(Protocol):
 
 
 def why_pending(session: Mapping[str, Any]) -> str | None:
-    """The scheduler's reason a pending session waits, in one line (None if it has none)."""
+    """The API's ``pending_reason`` while the session is pending (None otherwise, or if the
+    scheduler has not said why yet)."""
     if session.get("status") != Status.PENDING.value:
         return None
-    record = (session.get("status_data") or {}).get("scheduler") or {}
-    reasons = [str(p.get("msg") or p.get("name")) for p in record.get("failed_predicates") or []]
-    if record.get("msg"):
-        reasons.append(str(record["msg"]))
-    return "; ".join(dict.fromkeys(reasons)) or None
+    reason = session.get("pending_reason")
+    return str(reason) if reason else None
 
 
 def queue_positions(groups: Mapping[str, Any]) -> dict[str, int]:

@@ -34,7 +34,9 @@ def kernel_to_json(kernel: Kernel) -> dict[str, Any]:
 
 
 def session_to_json(session: Session) -> dict[str, Any]:
-    """Every fact of ``session``, JSON-ready (the REST API adds proxy URLs on top)."""
+    """Every fact of ``session``, JSON-ready (the REST API adds proxy URLs on top), and
+    ``pending_reason``: the one sentence, built from ``status_data["scheduler"]``, that
+    every front end shows for why it waits."""
     return {
         "id": session.id,
         "name": session.name,
@@ -43,6 +45,7 @@ def session_to_json(session: Session) -> dict[str, Any]:
         "status": session.status.value,
         "status_info": session.status_info,
         "status_data": session.status_data,
+        "pending_reason": session.pending_reason,
         "status_history": [entry.to_json() for entry in session.status_history],
         "result": session.result.value,
         "exit_code": session.exit_code,

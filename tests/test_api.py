@@ -392,6 +392,11 @@ async def test_scheduler_queue_says_why_pending(server: Server) -> None:
         assert entry["position"] == 1 and entry["mine"] is True  # highest priority first
         assert [p["name"] for p in entry["scheduler"]["failed_predicates"]] == ["starts_at"]
         assert entry["scheduler"]["retries"] >= 1
+        # One sentence, built on the server, in the queue entry and in the session itself.
+        reason = entry["pending_reason"]
+        assert reason and reason.startswith("starts at ") and reason.count("starts at") == 1
+        mine = body(await server.fetch("GET", f"bai/api/v1/sessions/{sid}", token="alice-token"))
+        assert mine["status"] == "PENDING" and mine["pending_reason"] == reason
         seen_by_bob = body(await server.fetch("GET", "bai/api/v1/scheduler", token="bob-token"))
         entry = seen_by_bob["resource_groups"]["default"]["queue"][0]
         assert entry == {"position": 1, "mine": False}

@@ -260,6 +260,7 @@ def test_text_helpers() -> None:
         "spec": {"type": "batch", "resources": {"cpu": "1"}},
         "kernels": [{"hostname": "main1", "status": "PENDING"}],
         "status_data": {"scheduler": {"msg": "needs cpu=8", "failed_predicates": []}},
+        "pending_reason": "needs cpu=8",  # the server's sentence, which the views show
         "created_at": 1.0,
     }
     row = SessionRow.from_json(data)

@@ -13,7 +13,7 @@ from test_server_harness import Server, serving
 
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.loop_thread import LoopThread
-from bai_jupyter.model import Status
+from bai_jupyter.model import Status, pending_reason
 from bai_jupyter.request import Template
 from bai_jupyter.sessions_model import (
     LiveSessions,
@@ -29,12 +29,14 @@ from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionsView, live_vie
 
 def session_json(sid: str, status: str = "PENDING", **extra: Any) -> dict[str, Any]:
     """A session as ``GET sessions/{id}`` gives it (the fields the views read)."""
+    scheduler = (extra.get("status_data") or {}).get("scheduler")
     return {
         "id": sid,
         "name": None,
         "status": status,
         "status_info": None,
         "status_data": {},
+        "pending_reason": pending_reason(scheduler),
         "spec": {"type": "interactive", "resources": {"cpu": "1", "mem": "1073741824"}},
         "kernels": [
             {"hostname": "main1", "status": status},
@@ -108,6 +110,10 @@ def test_why_pending_and_queue_positions() -> None:
     assert why_pending(session_json("a", status_data=record)) == "waiting for x to succeed"
     assert why_pending(session_json("a")) is None
     assert why_pending(session_json("a", "RUNNING", status_data=record)) is None
+    # The views show the server's sentence; they do not read the record themselves.
+    assert why_pending(session_json("a", pending_reason="as the server says")) == (
+        "as the server says"
+    )
     assert queue_positions(QUEUE) == {"bb": 1, "ccc": 1}
     assert kernels_summary({"main1": "RUNNING", "sub1": "RUNNING"}) == "main1,sub1 RUNNING"
 

@@ -1,13 +1,15 @@
 """Sessions, kernels and agents, and the one lifecycle table they follow.
 
 The states and their table (``status``), what a user asks for (``spec``), the
-rule reading a key as an id or a name (``keys``) and the
-records the store keeps (``records``) each have a module; every name is here too.
+rule reading a key as an id or a name (``keys``), the
+records the store keeps (``records``) and why a pending session waits (``pending``)
+each have a module; every name is here too.
 """
 
 from __future__ import annotations
 
 from .keys import ID_KEY_RE, MAX_REASON, REASON_RE, is_id_key, reason_problem
+from .pending import pending_reason
 from .records import (
     Agent,
     ExecResult,
@@ -70,5 +72,6 @@ __all__ = [
     "cluster_hostnames",
     "is_id_key",
     "new_id",
+    "pending_reason",
     "reason_problem",
 ]

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..resources import ResourceSlot
 from ..runtime.protocol import ServicePort
+from .pending import pending_reason
 from .spec import SessionSpec
 from .status import Status, check_transition
 from .status_data import StatusData
@@ -137,6 +138,12 @@ class Session:
         """The scheduler's why-pending record (``status_data["scheduler"]``)."""
         data: dict[str, Any] = self.status_data.get("scheduler", {})
         return data
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why it waits (or waited, if cancelled in the queue), in one sentence: the API's
+        ``pending_reason`` (:func:`~bai_jupyter.model.pending.pending_reason`)."""
+        return pending_reason(self.scheduler_data)
 
     def set_status(
         self,

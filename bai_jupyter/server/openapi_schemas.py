@@ -182,6 +182,13 @@ SCHEMAS: dict[str, Any] = {
                 "description": "while pending: scheduler: {retries, last_try, "
                 "failed_predicates, msg}; after a failed start: error",
             },
+            "pending_reason": {
+                "type": "string",
+                "nullable": True,
+                "description": "why it waits (or waited, if cancelled in the queue): the "
+                "scheduler's reasons from status_data.scheduler, each once, joined by '; '; "
+                "null when the scheduler has not said why",
+            },
             "status_history": {"type": "array", "items": {"type": "object"}},
             "result": {"type": "string", "enum": ["UNDEFINED", "SUCCESS", "FAILURE"]},
             "exit_code": {"type": "integer", "nullable": True},

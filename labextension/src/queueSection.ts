@@ -36,7 +36,7 @@ function queueEntry(entry: QueueEntry, names: Map<string, string>): HTMLElement 
     );
   }
   const why = whyPending(
-    { status: Status.PENDING, status_data: { scheduler: entry.scheduler } },
+    { status: Status.PENDING, pending_reason: entry.pending_reason ?? null },
     names
   );
   // A warm session waiting for room is the pool's, not a user's: its owner says so.

@@ -180,6 +180,7 @@ export class BaiState {
     if (event.status !== Status.PENDING && updated.status_data?.scheduler) {
       const { scheduler: _dropped, ...rest } = updated.status_data;
       updated.status_data = rest;
+      updated.pending_reason = null;
     }
     this.sessions.set(session.id, updated);
     this._changed.emit();

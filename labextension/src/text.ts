@@ -169,33 +169,22 @@ export function label(session: { id: string; name?: string | null }): string {
 const SESSION_ID = /\b[0-9a-f]{32}\b/g;
 
 /**
- * Why a pending session waits, in words: the scheduler's failed predicates and its
- * message, with session ids replaced by the names people know them by
- * ("waiting for train-1 (RUNNING) to succeed"). Null when it is not pending or the
- * scheduler has not looked at it yet.
+ * Why a pending session waits, in words: the server's `pending_reason` (one sentence
+ * built from the scheduler's record, each reason once), with session ids replaced by
+ * the names people know them by ("waiting for train-1 (RUNNING) to succeed"). Null
+ * when it is not pending or the scheduler has not said why yet.
  */
 export function whyPending(
-  session: Pick<SessionJSON, 'status' | 'status_data'>,
+  session: Pick<SessionJSON, 'status' | 'pending_reason'>,
   names: ReadonlyMap<string, string> = new Map()
 ): string | null {
-  if (session.status !== Status.PENDING) {
+  if (session.status !== Status.PENDING || !session.pending_reason) {
     return null;
   }
-  const record = session.status_data?.scheduler;
-  if (!record) {
-    return null;
-  }
-  const reasons = (record.failed_predicates ?? []).map(p => p.msg || p.name);
-  if (record.msg) {
-    reasons.push(record.msg);
-  }
-  const unique = [...new Set(reasons)].map(reason =>
-    reason.replace(SESSION_ID, id => {
-      const known = names.get(id);
-      return known ? `session ${known}` : `session ${id.slice(0, 8)}`;
-    })
-  );
-  return unique.length ? unique.join('; ') : null;
+  return session.pending_reason.replace(SESSION_ID, id => {
+    const known = names.get(id);
+    return known ? `session ${known}` : `session ${id.slice(0, 8)}`;
+  });
 }
 
 /** How a batch session ended: `SUCCESS (exit code 0)`; null while it has no result. */

@@ -143,6 +143,8 @@ export interface SessionJSON {
   status: string;
   status_info: string | null;
   status_data: { scheduler?: SchedulerRecord; error?: string; [key: string]: unknown };
+  /** Why it waits (or waited, if cancelled in the queue): the scheduler's reasons, once each. */
+  pending_reason: string | null;
   result: string;
   exit_code: number | null;
   spec: SpecJSON;
@@ -176,6 +178,8 @@ export interface QueueEntry {
   resources?: Slots;
   cluster_size?: number;
   scheduler?: SchedulerRecord;
+  /** The same sentence as the session's `pending_reason`. */
+  pending_reason?: string | null;
 }
 
 /** `GET /scheduler`: per resource group, its scheduler settings and its pending queue. */

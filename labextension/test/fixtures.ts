@@ -15,6 +15,7 @@ export function session(id: string, overrides: Partial<SessionJSON> = {}): Sessi
     status: 'PENDING',
     status_info: null,
     status_data: {},
+    pending_reason: null,
     result: 'UNDEFINED',
     exit_code: null,
     spec: {

@@ -22,6 +22,7 @@ function sessionOf(id: string, meta: Record<string, unknown>): SessionJSON {
     status: 'RUNNING',
     status_info: null,
     status_data: {},
+    pending_reason: null,
     result: 'UNDEFINED',
     exit_code: null,
     spec: {

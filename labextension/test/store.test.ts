@@ -28,12 +28,14 @@ describe('folding events into the state', () => {
     const pending = session(TRAIN, {
       status_data: {
         scheduler: { retries: 2, msg: 'needs cpu=8 but the largest agent has 4 free' }
-      }
+      },
+      pending_reason: 'needs cpu=8 but the largest agent has 4 free'
     });
     state.loadSessions([pending]);
     expect(whyPending(state.sessions.get(TRAIN)!)).toContain('needs cpu=8');
     state.fold(event(TRAIN, 'SCHEDULED', { main1: 'SCHEDULED' }));
     expect(state.sessions.get(TRAIN)!.status_data.scheduler).toBeUndefined();
+    expect(state.sessions.get(TRAIN)!.pending_reason).toBeNull();
     expect(whyPending(state.sessions.get(TRAIN)!)).toBeNull();
   });
 

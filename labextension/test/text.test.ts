@@ -17,7 +17,7 @@ import {
 import { EVAL, session, TRAIN } from './fixtures';
 
 describe('why a session waits, in words', () => {
-  it('joins the failed predicates and the scheduler’s message, once each', () => {
+  it('shows the server’s sentence as it is (the server says each reason once)', () => {
     const waiting = session(EVAL, {
       status_data: {
         scheduler: {
@@ -26,9 +26,10 @@ describe('why a session waits, in words', () => {
             { name: 'resources', msg: 'needs cpu=8 but the largest agent has 4 free' },
             { name: 'starts_at', msg: 'starts at 2026-11-25 10:00' }
           ],
-          msg: 'needs cpu=8 but the largest agent has 4 free'
+          msg: 'needs cpu=8 but the largest agent has 4 free; starts at 2026-11-25 10:00'
         }
-      }
+      },
+      pending_reason: 'needs cpu=8 but the largest agent has 4 free; starts at 2026-11-25 10:00'
     });
     expect(whyPending(waiting)).toBe(
       'needs cpu=8 but the largest agent has 4 free; starts at 2026-11-25 10:00'
@@ -37,14 +38,7 @@ describe('why a session waits, in words', () => {
 
   it('names the sessions it waits for instead of their ids', () => {
     const waiting = session(EVAL, {
-      status_data: {
-        scheduler: {
-          failed_predicates: [
-            { name: 'dependencies', msg: `waiting for ${TRAIN} (RUNNING) to succeed` }
-          ],
-          msg: `waiting behind ${'f'.repeat(32)} (head of the queue)`
-        }
-      }
+      pending_reason: `waiting for ${TRAIN} (RUNNING) to succeed; waiting behind ${'f'.repeat(32)} (head of the queue)`
     });
     const names = new Map([[TRAIN, 'train-1']]);
     expect(whyPending(waiting, names)).toBe(
@@ -52,9 +46,10 @@ describe('why a session waits, in words', () => {
     );
   });
 
-  it('is null while the scheduler has not looked, and for sessions that are not pending', () => {
+  it('is null while the scheduler has not said why, and for sessions that are not pending', () => {
     expect(whyPending(session(EVAL))).toBeNull();
-    const running = session(EVAL, { status: 'RUNNING', status_data: { scheduler: { msg: 'x' } } });
+    expect(whyPending(session(EVAL, { pending_reason: null }))).toBeNull();
+    const running = session(EVAL, { status: 'RUNNING', pending_reason: 'x' });
     expect(whyPending(running)).toBeNull();
   });
 });

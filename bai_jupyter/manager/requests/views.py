@@ -91,6 +91,7 @@ def queue_view(
                     resources=session.spec.resources.to_json(),
                     cluster_size=session.spec.cluster_size,
                     scheduler=session.scheduler_data,
+                    pending_reason=session.pending_reason,
                 )
             queue.append(entry)
         reply[name] = {
