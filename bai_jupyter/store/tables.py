@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-#: Bump with every change of the tables below, and add the step to ``MIGRATIONS``.
+#: Bump with every change of the tables below, and add the step to
+#: :data:`~bai_jupyter.store.migrations.MIGRATIONS`.
 SCHEMA_VERSION = 3
 
 metadata = sa.MetaData()
@@ -117,6 +118,3 @@ endpoints_table = sa.Table(
     #: The whole record (``bai_jupyter.endpoints.Endpoint.to_json``).
     sa.Column("data", sa.JSON, nullable=False),
 )
-
-#: version → the tables its successor added (each step only adds tables).
-MIGRATIONS: dict[int, list[sa.Table]] = {1: [owners_table], 2: [endpoints_table]}
