@@ -6,7 +6,7 @@ import sqlalchemy as sa
 
 #: Bump with every change of the tables below, and add the step to
 #: :data:`~bai_jupyter.store.migrations.MIGRATIONS`.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = sa.MetaData()
 
@@ -117,4 +117,24 @@ endpoints_table = sa.Table(
     sa.Column("owner", sa.String(256), nullable=False, index=True),
     #: The whole record (``bai_jupyter.endpoints.Endpoint.to_json``).
     sa.Column("data", sa.JSON, nullable=False),
+)
+
+#: What sessions' kernel tokens did, and what was done to them, kept with the token's
+#: session (``session_id``) and deleted with it: ``kind`` ``"session"`` or ``"endpoint"``:
+#: the token created the session or endpoint ``target``; ``"revoked"`` (``target`` empty):
+#: the session's tokens issued until ``at`` were revoked. ``at``: ms since the epoch (when it
+#: was recorded; unknown for what was created before this table existed).
+kernel_tokens_table = sa.Table(
+    "bai_kernel_tokens",
+    metadata,
+    sa.Column(
+        "session_id",
+        sa.String(32),
+        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("kind", sa.String(16), primary_key=True),
+    sa.Column("target", sa.String(64), primary_key=True),
+    sa.Column("at", sa.BigInteger, nullable=True),
+    sa.Index("ix_bai_kernel_tokens_target", "kind", "target"),
 )
