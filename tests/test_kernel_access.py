@@ -179,6 +179,34 @@ async def test_revoked_tokens_are_refused(server: Server) -> None:
     await server.client("alice-token").destroy(a)
 
 
+async def test_a_purged_session_leaves_no_kernel_token_record(server: Server) -> None:
+    """Its revocation, and what its token created, go with the session's record."""
+    kernel, tokens = _kernel_side(server)
+    a = await _create(server, "alice-token")
+    token = tokens.mint(a)
+    child = await _create(kernel, token)
+    assert (await kernel.fetch("GET", f"bai/api/v1/sessions/{child}", token=token)).code == 200
+    for key in (a, child):
+        path = f"bai/api/v1/sessions/{key}"
+        reply = await server.fetch("DELETE", f"{path}/kernel-token", token="alice-token")
+        assert reply.code == 200, reply.body
+    owner = server.client("alice-token")
+    for key in (a, child):
+        await owner.destroy(key)
+        await owner.purge(key)
+    left: dict[str, list[Any]] = {}
+    engine = sa.create_engine(f"sqlite:///{server.log.parent}/store.sqlite")
+    try:
+        with engine.connect() as conn:
+            for table in sa.inspect(conn).get_table_names():
+                rows = conn.exec_driver_sql(f'SELECT * FROM "{table}"')
+                if found := [r for r in rows if a in repr(r) or child in repr(r)]:
+                    left[table] = found
+    finally:
+        engine.dispose()
+    assert left == {}
+
+
 async def test_kernel_tokens_may_be_kept_from_creating_sessions(tmp_path: Path) -> None:
     config = MULTI_USER + _LOCAL + "c.BaiJupyterApp.kernel_tokens_create_sessions = False\n"
     server = start_server(tmp_path, config)

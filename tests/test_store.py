@@ -40,6 +40,7 @@ OUR_TABLES = {
     "bai_agents",
     "bai_templates",
     "bai_owners",
+    "bai_kernel_tokens",
 }
 
 
@@ -186,6 +187,7 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url:
     with store.write() as tx:
         tx.add_session(session)
     store.close()
+    sql(store_url, "DROP TABLE bai_kernel_tokens")
     sql(store_url, "DROP TABLE bai_owners")
     sql(store_url, "DROP TABLE bai_endpoints")
     sql(store_url, "UPDATE bai_meta SET value = '1' WHERE key = 'schema_version'")
@@ -206,9 +208,9 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url:
 def test_new_store_records_schema_version(store_url: str) -> None:
     store = Store(store_url)
     store.close()
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     assert dict(sql(store_url, "SELECT key, value FROM bai_meta")) == {
-        "schema_version": "3",
+        "schema_version": "4",
         "store_id": store.id,
         "token_secret": store.token_secret,
     }
@@ -617,3 +619,117 @@ def test_endpoint_names_are_unique_and_records_round_trip(store: Store) -> None:
     with store.write() as tx:
         tx.delete_endpoint("e1")
         assert tx.get_endpoint("m") is None
+
+
+# --- kernel tokens' records -----------------------------------------------------------------
+
+
+def an_endpoint(endpoint_id: str, name: str) -> Any:
+    from bai_jupyter.endpoints import Endpoint, parse_endpoint
+
+    parsed, spec = parse_endpoint(
+        {"name": name, "replica": {"service_ports": ["model:http:8000"], "startup_command": "x"}}
+    )
+    return Endpoint(endpoint_id, parsed, "alice", spec, T0)
+
+
+def mentioning(url: str, *ids: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of every table that mention any of ``ids`` (in any column)."""
+    found = {
+        table: [row for row in rows if any(i in repr(row) for i in ids)]
+        for table, rows in table_rows(url).items()
+    }
+    return {table: rows for table, rows in found.items() if rows}
+
+
+def test_kernel_token_records_go_with_their_session(store_url: str) -> None:
+    """Revocations and what a session's tokens created are kept until the session's record
+    is deleted: then no row of the store mentions it, nor the sessions it created."""
+    store = Store(store_url)
+    try:
+        parent, child, other = new_session(), new_session(), new_session()
+        add(store, parent, child, other)
+        with store.write() as tx:
+            tx.add_endpoint(an_endpoint("e" * 32, "made"))
+            tx.revoke_tokens(parent.id, 5000)
+            tx.revoke_tokens(parent.id, 7000)  # a later revocation replaces the first
+            tx.revoke_tokens(child.id, 6000)
+            tx.note_token_created(parent.id, "session", child.id, 1)
+            tx.note_token_created(parent.id, "endpoint", "e" * 32, 1)
+            tx.note_token_created(other.id, "session", "f" * 32, 1)  # gone: not noted
+            tx.revoke_tokens("0" * 32, 1)  # no such session: nothing to revoke
+        with store.read() as tx:
+            assert tx.tokens_revoked_at(parent.id) == 7000
+            assert tx.tokens_revoked_at(other.id) is None
+            assert tx.token_created(parent.id, "session", child.id)
+            assert not tx.token_created(other.id, "session", child.id)
+            assert tx.token_created(parent.id, "endpoint", "e" * 32)
+            assert not tx.token_created(parent.id, "session", "f" * 32)
+        # The created session goes (with its own revocation), the link to it too.
+        with store.write() as tx:
+            assert tx.delete_sessions([child.id]) == 1
+            assert not tx.token_created(parent.id, "session", child.id)
+        assert mentioning(store_url, child.id) == {}
+        # A deleted endpoint takes the record of the token that created it along.
+        with store.write() as tx:
+            tx.delete_endpoint("e" * 32)
+            assert not tx.token_created(parent.id, "endpoint", "e" * 32)
+        with store.write() as tx:
+            tx.add_endpoint(an_endpoint("d" * 32, "kept"))
+            tx.note_token_created(parent.id, "endpoint", "d" * 32, 1)
+            assert tx.delete_sessions([parent.id]) == 1
+        assert mentioning(store_url, parent.id) == {}
+        assert sql(store_url, "SELECT * FROM bai_kernel_tokens") == []
+        with store.read() as tx:
+            assert tx.get_endpoint("kept") is not None  # the endpoint itself stays
+    finally:
+        store.close()
+
+
+def test_a_version_3_stores_kernel_token_keys_move_into_their_table(store_url: str) -> None:
+    """Version 3 kept these records as meta keys that outlived their sessions: the ones
+    about sessions and endpoints that still exist move, the others are dropped."""
+    store = Store(store_url)
+    parent, child, other = new_session(), new_session(), new_session()
+    add(store, parent, child, other)
+    with store.write() as tx:
+        tx.add_endpoint(an_endpoint("e" * 32, "made"))
+    store.close()
+    gone = "9" * 32
+    sql(store_url, "DROP TABLE bai_kernel_tokens")
+    sql(store_url, "UPDATE bai_meta SET value = '3' WHERE key = 'schema_version'")
+    old_keys = {
+        f"kernel-tokens-revoked:{parent.id}": "5000",
+        f"kernel-tokens-revoked:{gone}": "6000",  # a purged session's
+        f"kernel-tokens-revoked:{other.id}": "garbled",
+        f"kernel-token-child:{child.id}": parent.id,
+        f"kernel-token-child:{gone}": parent.id,  # a purged child
+        f"kernel-token-child:{other.id}": gone,  # created by a purged session
+        f"kernel-token-endpoint:{'e' * 32}": parent.id,
+        f"kernel-token-endpoint:{'d' * 32}": parent.id,  # a deleted endpoint
+        "pool-stats:p": "{}",  # someone else's key: left alone
+    }
+    values = ", ".join(f"('{k}', '{v}')" for k, v in old_keys.items())
+    sql(store_url, f"INSERT INTO bai_meta (key, value) VALUES {values}")
+    again = Store(store_url)
+    try:
+        with again.read() as tx:
+            assert tx.tokens_revoked_at(parent.id) == 5000
+            assert tx.tokens_revoked_at(other.id) is None
+            assert tx.token_created(parent.id, "session", child.id)
+            assert tx.token_created(parent.id, "endpoint", "e" * 32)
+            assert tx.get_meta("pool-stats:p") == "{}"
+    finally:
+        again.close()
+    moved = sql(store_url, "SELECT session_id, kind, target, at FROM bai_kernel_tokens")
+    assert sorted(moved) == sorted(
+        [
+            (parent.id, "revoked", "", 5000),
+            (parent.id, "session", child.id, None),
+            (parent.id, "endpoint", "e" * 32, None),
+        ]
+    )
+    left = [key for (key,) in sql(store_url, "SELECT key FROM bai_meta")]
+    assert [key for key in left if key.startswith("kernel-token")] == []
+    version = [(str(SCHEMA_VERSION),)]
+    assert sql(store_url, "SELECT value FROM bai_meta WHERE key = 'schema_version'") == version

@@ -7,7 +7,7 @@ from sqlalchemy.engine import Connection
 
 from ..endpoints import Endpoint
 from .errors import NameConflict
-from .tables import endpoints_table
+from .tables import endpoints_table, kernel_tokens_table
 
 
 class EndpointRecords:
@@ -52,4 +52,11 @@ class EndpointRecords:
         return [Endpoint.from_json(row.data) for row in self.conn.execute(query)]
 
     def delete_endpoint(self, endpoint_id: str) -> None:
+        """Remove the endpoint, and the record of the kernel token that created it."""
+        tokens = kernel_tokens_table.c
+        self.conn.execute(
+            sa.delete(kernel_tokens_table).where(
+                tokens.kind == "endpoint", tokens.target == endpoint_id
+            )
+        )
         self.conn.execute(sa.delete(endpoints_table).where(endpoints_table.c.id == endpoint_id))

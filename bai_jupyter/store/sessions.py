@@ -22,7 +22,13 @@ from .rows import (
     kernel_values,
     session_values,
 )
-from .tables import agents_table, history_table, kernels_table, sessions_table
+from .tables import (
+    agents_table,
+    history_table,
+    kernel_tokens_table,
+    kernels_table,
+    sessions_table,
+)
 
 
 class SessionRecords:
@@ -231,11 +237,18 @@ class SessionRecords:
         return {owner: len(ids) for owner, ids in sessions.items()}, held
 
     def delete_sessions(self, ids: Iterable[str]) -> int:
-        """Remove sessions' records (kernels, logs and history with them); how many went."""
+        """Remove sessions' records (kernels, logs, history and their kernel tokens' records
+        with them, and the records of the kernel tokens that created them); how many went."""
         gone = 0
+        tokens = kernel_tokens_table.c
         for chunk in chunks(list(ids)):
-            for table in (history_table, kernels_table):
+            for table in (history_table, kernels_table, kernel_tokens_table):
                 self.conn.execute(sa.delete(table).where(table.c.session_id.in_(chunk)))
+            self.conn.execute(
+                sa.delete(kernel_tokens_table).where(
+                    tokens.kind == "session", tokens.target.in_(chunk)
+                )
+            )
             result = self.conn.execute(
                 sa.delete(sessions_table).where(sessions_table.c.id.in_(chunk))
             )

@@ -17,7 +17,8 @@ from ..model import (
     Session,
 )
 from .errors import StoreError, StoreVersionError
-from .tables import MIGRATIONS, SCHEMA_VERSION, meta_table, metadata
+from .migrations import MIGRATIONS, migrate
+from .tables import SCHEMA_VERSION, meta_table, metadata
 from .transaction import Transaction
 
 _NO_FILE = (None, "", ":memory:")
@@ -89,7 +90,7 @@ class Store:
             ).first()
             version = row.value if row else None
             if version is not None and version.isdigit() and int(version) in MIGRATIONS:
-                version = self._migrate(conn, int(version))
+                version = migrate(conn, int(version))
             if version != str(SCHEMA_VERSION):
                 raise StoreVersionError(
                     f"{self._where()} has schema version {version}, but this bai-jupyter "
@@ -115,20 +116,6 @@ class Store:
                 raw.driver_connection.execute("PRAGMA journal_mode=WAL")  # type: ignore[union-attr]
             finally:
                 raw.close()
-
-    @staticmethod
-    def _migrate(conn: Connection, version: int) -> str:
-        """Bring an older store up to this version, step by step (each adds tables)."""
-        while version in MIGRATIONS:
-            for table in MIGRATIONS[version]:
-                table.create(conn, checkfirst=True)
-            version += 1
-        conn.execute(
-            sa.update(meta_table)
-            .where(meta_table.c.key == "schema_version")
-            .values(value=str(version))
-        )
-        return str(version)
 
     @staticmethod
     def _add_token_secret(conn: Connection) -> str:

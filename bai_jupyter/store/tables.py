@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-#: Bump with every change of the tables below, and add the step to ``MIGRATIONS``.
-SCHEMA_VERSION = 3
+#: Bump with every change of the tables below, and add the step to
+#: :data:`~bai_jupyter.store.migrations.MIGRATIONS`.
+SCHEMA_VERSION = 4
 
 metadata = sa.MetaData()
 
@@ -118,5 +119,22 @@ endpoints_table = sa.Table(
     sa.Column("data", sa.JSON, nullable=False),
 )
 
-#: version → the tables its successor added (each step only adds tables).
-MIGRATIONS: dict[int, list[sa.Table]] = {1: [owners_table], 2: [endpoints_table]}
+#: What sessions' kernel tokens did, and what was done to them, kept with the token's
+#: session (``session_id``) and deleted with it: ``kind`` ``"session"`` or ``"endpoint"``:
+#: the token created the session or endpoint ``target``; ``"revoked"`` (``target`` empty):
+#: the session's tokens issued until ``at`` were revoked. ``at``: ms since the epoch (when it
+#: was recorded; unknown for what was created before this table existed).
+kernel_tokens_table = sa.Table(
+    "bai_kernel_tokens",
+    metadata,
+    sa.Column(
+        "session_id",
+        sa.String(32),
+        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("kind", sa.String(16), primary_key=True),
+    sa.Column("target", sa.String(64), primary_key=True),
+    sa.Column("at", sa.BigInteger, nullable=True),
+    sa.Index("ix_bai_kernel_tokens_target", "kind", "target"),
+)

@@ -6,12 +6,20 @@ from sqlalchemy.engine import Connection
 
 from .agents import AgentRecords
 from .endpoints import EndpointRecords
+from .kernel_tokens import KernelTokenRecords
 from .meta import MetaRecords
 from .sessions import SessionRecords
 from .templates import TemplateRecords
 
 
-class Transaction(SessionRecords, AgentRecords, TemplateRecords, EndpointRecords, MetaRecords):
+class Transaction(
+    SessionRecords,
+    AgentRecords,
+    TemplateRecords,
+    EndpointRecords,
+    KernelTokenRecords,
+    MetaRecords,
+):
     """Reads and writes inside one transaction; obtained from :meth:`Store.write`/``read``."""
 
     def __init__(self, conn: Connection) -> None:

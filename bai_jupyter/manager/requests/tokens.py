@@ -24,21 +24,6 @@ __all__ = ["KernelTokens", "TokenSigner"]
 _PREFIX = "bai2."
 
 
-def _child_key(session_id: str) -> str:
-    """The store meta key naming the session whose kernel token created ``session_id``."""
-    return f"kernel-token-child:{session_id}"
-
-
-def _endpoint_key(endpoint_id: str) -> str:
-    """The store meta key naming the session whose kernel token created an endpoint."""
-    return f"kernel-token-endpoint:{endpoint_id}"
-
-
-def _revoked_key(session_id: str) -> str:
-    """The store meta key holding when a session's kernel tokens were last revoked (ms)."""
-    return f"kernel-tokens-revoked:{session_id}"
-
-
 class TokenSigner:
     """``bai2.<session id>.<issued ms>.<mac>``: signs and reads tokens with one secret."""
 
@@ -89,8 +74,8 @@ class KernelTokens:
             return None
         session_id, issued = parsed
 
-        def lookup(tx: Transaction) -> tuple[Session | None, str | None]:
-            return tx.get_session(session_id), tx.get_meta(_revoked_key(session_id))
+        def lookup(tx: Transaction) -> tuple[Session | None, int | None]:
+            return tx.get_session(session_id), tx.tokens_revoked_at(session_id)
 
         session, revoked = await self.core.query(lookup)
         if session is None or session.id != session_id:
@@ -99,23 +84,26 @@ class KernelTokens:
             raise Forbidden(
                 f"this kernel token's session {session_id} has ended ({session.status.value})"
             )
-        if revoked is not None and issued <= int(revoked):
+        if revoked is not None and issued <= revoked:
             raise Forbidden(f"this kernel token of session {session_id} was revoked")
         return session
 
     async def revoke(self, session_id: str) -> float:
-        """Tokens of the session issued until now stop working (kept across restarts)."""
+        """Tokens of the session issued until now stop working (kept across restarts, until
+        the session's record is deleted)."""
         at = int(time.time() * 1000)
-        await self.core.db(lambda tx: tx.set_meta(_revoked_key(session_id), str(at)))
+        await self.core.db(lambda tx: tx.revoke_tokens(session_id, at))
         return at / 1000
 
     async def note_child(self, session_id: str, parent_id: str) -> None:
         """``session_id`` was created with a kernel token of ``parent_id``: it may manage it."""
-        await self.core.db(lambda tx: tx.set_meta(_child_key(session_id), parent_id))
+        at = int(time.time() * 1000)
+        await self.core.db(lambda tx: tx.note_token_created(parent_id, "session", session_id, at))
 
     async def note_endpoint(self, endpoint_id: str, parent_id: str) -> None:
         """Endpoint ``endpoint_id`` was created with a kernel token of ``parent_id``."""
-        await self.core.db(lambda tx: tx.set_meta(_endpoint_key(endpoint_id), parent_id))
+        at = int(time.time() * 1000)
+        await self.core.db(lambda tx: tx.note_token_created(parent_id, "endpoint", endpoint_id, at))
 
     async def grants(self, key: str, session: Session) -> bool:
         """Does ``session``'s token grant the session ``key``: its own, or one it created?
@@ -128,7 +116,7 @@ class KernelTokens:
             found = tx.get_session(key, session.owner)
             if found is None:
                 return False
-            return found.id == session.id or tx.get_meta(_child_key(found.id)) == session.id
+            return found.id == session.id or tx.token_created(session.id, "session", found.id)
 
         return await self.core.query(check)
 
@@ -139,6 +127,6 @@ class KernelTokens:
             found = tx.get_endpoint(name)
             if found is None or found.owner != session.owner:
                 return False
-            return tx.get_meta(_endpoint_key(found.id)) == session.id
+            return tx.token_created(session.id, "endpoint", found.id)
 
         return await self.core.query(check)
