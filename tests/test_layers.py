@@ -2,10 +2,11 @@
 circle, and modules small enough to do one job.
 
 Read from the source, so a new import that breaks a rule fails here with the
-module that made it. The circle test follows load-time imports only (those under
-``if TYPE_CHECKING:`` and inside functions run later, if at all); the direction
-rules follow every import, wherever it is written: an import inside a function is
-a call against the direction all the same.
+module that made it. The circle test follows every import at module level, those
+under ``if TYPE_CHECKING:`` too (a circle only the type checker sees is still two
+modules that each need the other); not those inside functions, run later if at
+all. The direction rules follow every import, wherever it is written: an import
+inside a function is a call against the direction all the same.
 """
 
 from __future__ import annotations
@@ -30,19 +31,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
-
-
-def _load_time_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Imports run when the module loads: top level, and in top-level ``if``/``try``."""
+def _module_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Imports at module level: top level, and in top-level ``if`` (``if TYPE_CHECKING:``
+    included) and ``try``."""
     stack: list[ast.stmt] = list(tree.body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If) and not _is_type_checking(node):
+        elif isinstance(node, ast.If):
             stack.extend(node.body + node.orelse)
         elif isinstance(node, ast.Try):
             stack.extend(node.body + node.orelse + node.finalbody)
@@ -84,8 +81,8 @@ def _graph(
     return graph
 
 
-#: Load-time imports: what a circle is made of.
-GRAPH = _graph(_load_time_imports)
+#: Module-level imports (load-time and ``TYPE_CHECKING``): what a circle is made of.
+GRAPH = _graph(_module_level_imports)
 #: Every import: what the direction rules check.
 CALLS = _graph(_every_import)
 
@@ -106,7 +103,7 @@ def _reaches(start: str, prefixes: tuple[str, ...]) -> list[str]:
 
 
 def _cycle() -> list[str]:
-    """One circle of load-time imports, or []: a depth-first search for a back edge."""
+    """One circle of module-level imports, or []: a depth-first search for a back edge."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
@@ -180,6 +177,40 @@ def test_front_ends_use_only_the_api(
             if t.startswith(forbidden) and not any(_within(t, a) for a in allowed)
         )
         assert not wrong, f"{module} imports {wrong}: front ends use bai_jupyter.api"
+
+
+#: The modules outside the manager that may import it: those that build one (or, for
+#: the registry, hold the one the server extension built). Every other front end calls
+#: the sessions API (``bai_jupyter.api``), so it works against a manager elsewhere.
+MANAGER_OWNERS = {
+    # The server extension makes, starts, registers and stops its manager.
+    "bai_jupyter.server.app",
+    # What serves the handlers: a ScopedManager per caller over the manager it owns.
+    "bai_jupyter.server.host",
+    # Its kernel-access listener checks tokens with that manager's KernelTokens.
+    "bai_jupyter.server.kernel_access",
+    # `bai-jupyter manager`: the shared manager service.
+    "bai_jupyter.service.app",
+    # `kernelspec install` asks a manager of the server's config which agents it gives.
+    "bai_jupyter.cli.kernelspec",
+    # The provisioner's embedded manager (and a ScopedManager over the registered one).
+    "bai_jupyter.reach",
+    # The manager of this process, for in-process front ends (a type only).
+    "bai_jupyter.registry",
+}
+
+
+def test_only_its_owners_import_the_manager() -> None:
+    """Outside the manager package, only the modules that build a manager import it."""
+    importers = {
+        module
+        for module, targets in CALLS.items()
+        if not _within(module, _MANAGER) and any(_within(t, _MANAGER) for t in targets)
+    }
+    assert importers == MANAGER_OWNERS, (
+        f"import the manager: {sorted(importers - MANAGER_OWNERS)} (use bai_jupyter.api); "
+        f"no longer do: {sorted(MANAGER_OWNERS - importers)} (take them off the list)"
+    )
 
 
 @pytest.mark.parametrize(

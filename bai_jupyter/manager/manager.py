@@ -24,15 +24,16 @@ from ..agents.plugins import make_agents
 from ..errors import Conflict, InvalidRequest, Unavailable
 from ..model import ACTIVE, Agent, ExecResult, Session, SessionType, Status
 from ..resources import ResourceSlot
-from ..scheduler.config import OwnerPolicy
 from ..store import Store, Transaction
 from .core import Core, find_kernel
 from .endpoints.replicas import ReplicaKeeper
 from .endpoints.service import Endpoints
 from .lifecycle.start_stop import Lifecycle
-from .pools.config import POOL_OWNER, parse_pools
-from .pools.warm_pool import WarmPools
+from .pools.claims import PoolClaims
+from .pools.config import parse_pools
+from .pools.warm_pool import PoolKeeper
 from .requests.admission import Admission
+from .requests.launch import Launcher
 from .requests.mount_check import MountCheck
 from .requests.policies import Policies
 from .requests.retention import Retention
@@ -43,7 +44,8 @@ from .requests.views import agents_view, queue_view
 from .settings import ManagerSettings
 from .watchdogs.activity import Activity
 from .watchdogs.hangs import HangWatch, hang_limits
-from .watchdogs.idle import IdleSettings, IdleWatch
+from .watchdogs.idle import IdleWatch
+from .watchdogs.idle_rules import IdleFollow, IdleSettings
 from .watchdogs.kernel_events import KernelWatcher
 from .watchdogs.liveness import Liveness
 from .watchdogs.reconcile import Reconciler
@@ -66,51 +68,35 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         #: operator: mounted at NOTEBOOK_DIR in sessions whose meta names a notebook_dir.
         #: Set by the server extension (BaiJupyterApp.notebook_dir); ``None``: never.
         self.notebook_root: str | None = None
+        # The parts, each given what it calls (so the imports show the calls): a part comes
+        # after everything it uses. What the settings say is loaded into them at start().
+        #: The ``policies`` setting, parsed: every owner's limits and idle rules.
+        self.parsed_policies = Policies()
+        self.idle_settings = IdleSettings({}, self.parsed_policies)
+        self.activity = Activity(self.core)
+        self.idle_follow = IdleFollow(self.core, self.activity, self.idle_settings)
         self.mounts = MountCheck(self.core, self)
-        self.lifecycle = Lifecycle(self.core, self, self.mounts)
+        self.lifecycle = Lifecycle(self.core, self, self.mounts, self.idle_follow)
         self.watcher = KernelWatcher(self.core, self, self.lifecycle)
         self.hangs = HangWatch(self.core, self)
         self.reconciler = Reconciler(self.core, self, self.lifecycle, self.hangs)
         self.liveness = Liveness(self.core, self, self.lifecycle, self.reconciler)
-        self.limits = Policies({})
-        self.activity = Activity(self.core)
-        self.idle_settings = IdleSettings({}, self.limits)
-        self.idle = IdleWatch(
-            self.core, self, self.lifecycle, self.activity, lambda: self.idle_settings
+        self.idle = IdleWatch(self.core, self, self.lifecycle, self.activity, self.idle_settings)
+        policies = self.parsed_policies
+        multinode = self.lifecycle.multinode
+        self.admission = Admission(self.core, self, self.mounts, multinode, policies)
+        self.pool_keeper = PoolKeeper(self.core, self, self.admission, self.lifecycle)
+        self.pool_claims = PoolClaims(
+            self.core, self.pool_keeper, self.mounts, policies, self.idle_follow
         )
-        self.lifecycle.before_running = self.idle.before_running
-        self.scheduling = Scheduling(self.core, self.lifecycle.start, self._owner_policy)
+        self.launcher = Launcher(self.admission, self.pool_claims)
+        self.scheduling = Scheduling(self.core, self, self.lifecycle, policies, self.pool_keeper)
         self.kernel_tokens = KernelTokens(self.core)
-        self.admission = Admission(self.core, self, self.mounts, self.lifecycle.multinode)
-        self.pools = WarmPools(
-            self.core,
-            self,
-            self.mounts,
-            lambda request, owner, template, meta, dry_run: self.admission.create(
-                request, owner, template, meta, dry_run, internal=True
-            ),
-            lambda session_id, reason: self.lifecycle.destroy(session_id, None, reason),
-            self._owner_policy,
-        )
-        self.admission.claim = self.pools.claims.claim
-        self.pools.claims.after_claim = self.idle.before_running
-        self.scheduling.after_pass = self.pools.give_way
         self.service_ports = ServicePorts(self.core)
         self.templates = Templates(self.core)
         self.retention = Retention(self.core, self)
-        self.replicas = ReplicaKeeper(
-            self.core,
-            lambda request, owner, meta: self.admission.create(request, owner, meta=meta),
-            lambda session_id, reason: self.lifecycle.destroy(session_id, None, reason),
-            parent=self,
-        )
-        self.endpoints = Endpoints(
-            self.core,
-            self.replicas,
-            lambda request, owner, groups, admin: self.admission.create(
-                request, owner, dry_run=True, groups=groups, admin=admin
-            ),
-        )
+        self.replicas = ReplicaKeeper(self.core, self.launcher, self.lifecycle, parent=self)
+        self.endpoints = Endpoints(self.core, self.replicas, self.launcher)
         #: Host listeners (address, port) kernels may reach (see allow_host_ports).
         self._host_ports: list[tuple[str, int]] = []
         self._started = False
@@ -133,10 +119,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
             return
         core = self.core
         core.groups = load_groups(self.resource_groups)
-        self.limits = Policies(self.policies, self.default_max_pending)
-        self.idle_settings = IdleSettings(self.resource_groups, self.limits)
+        self.parsed_policies.load(self.policies, self.default_max_pending)
+        self.idle_settings.load(self.resource_groups)
         hang_limits(self.hang_timeout)  # a bad setting stops the start, with its message
-        self.pools.pools = await asyncio.to_thread(parse_pools, list(self.warm_pools))
+        self.pool_keeper.load(await asyncio.to_thread(parse_pools, list(self.warm_pools)))
         core.store = await asyncio.to_thread(Store, self.store_url)
         for agent in await self._make_agents():
             agent.use_scope(core.store.id)
@@ -150,14 +136,14 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         await self.allow_host_ports([])  # kernels reach nothing on the host until told
         for agent in core.agents.values():
             core.spawn(self.watcher.watch(agent), loop=True)
-        core.spawn(self.scheduling.loop(lambda: self.pass_interval), loop=True)
+        core.spawn(self.scheduling.loop(), loop=True)
         core.spawn(self.liveness.loop(), loop=True)
         core.spawn(self.retention.loop(), loop=True)
         core.spawn(self.replicas.loop(), loop=True)
         core.spawn(self.replicas.follow(), loop=True)
         core.spawn(self.idle.loop(), loop=True)
         core.spawn(self.hangs.loop(), loop=True)
-        core.spawn(self.pools.loop(), loop=True)
+        core.spawn(self.pool_keeper.loop(), loop=True)
         self._started = True
         core.wake()
 
@@ -167,7 +153,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         core = self.core
         if self._started:
             try:
-                await self.pools.drain()
+                await self.pool_keeper.drain()
             except Exception:  # stopping must complete
                 self.log.exception("bai-jupyter: ending the warm pools' sessions failed")
         self._started = False
@@ -251,16 +237,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         ``dry_run``: every check, defaults filled in, nothing stored or started.
         ``groups``: the owner's user groups (``None``: as last known); ``admin``: the
         caller is an admin (see ``admin_host_paths``)."""
-        return await self.admission.create(request, owner, template, meta, dry_run, groups, admin)
-
-    def _owner_policy(
-        self, owner: str, groups: Sequence[str], fallback: OwnerPolicy
-    ) -> OwnerPolicy:
-        """The scheduler's limits for ``owner``: the policies', else the group's own (the
-        warm pools have none: their sizes bound them)."""
-        if owner == POOL_OWNER:
-            return OwnerPolicy()
-        return self.limits.for_owner(owner, groups).scheduler_policy(fallback)
+        return await self.launcher.create(request, owner, template, meta, dry_run, groups, admin)
 
     async def get(self, key: str, owner: str | None = None) -> Session:
         """A session by id or by name (names need the owner); NotFound otherwise."""
@@ -375,7 +352,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
 
     async def pools_view(self, admin: bool = False) -> list[dict[str, Any]]:
         """The warm pools and their counts; which sessions they hold, for an admin."""
-        pools = await self.pools.view()
+        pools = await self.pool_keeper.view()
         return pools if admin else [{k: v for k, v in p.items() if k != "sessions"} for p in pools]
 
     async def queue_view(self, owner: str, admin: bool = False) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..errors import Forbidden, InvalidRequest, NotFound
 from ..model import ExecResult, Session, SessionType, Status, reason_problem
 from ..request import SpecError, Template
-from .pools.config import POOL_OWNER
+from .owners import exempt
 
 if TYPE_CHECKING:
     from ..loop_thread import LoopThread
@@ -197,8 +197,9 @@ class ScopedManager:
         if self.thread is not None:
             source = _across(source, self.thread)
         async for event in source:
-            # A warm pool's sessions are nobody's: everyone sees them come and go.
-            if admin or event.get("owner") in (self.owner, POOL_OWNER):
+            # The manager's own sessions (a warm pool's) are nobody's: everyone sees them.
+            owner = event.get("owner")
+            if admin or owner == self.owner or (isinstance(owner, str) and exempt(owner)):
                 yield event
 
     # --- templates ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from traitlets import Float
@@ -25,16 +25,13 @@ from ...errors import BaiError
 from ...loops import Backoff, Periodic
 from ...model import NOT_ENDED, Session, Status
 from ..core import Core
+from ..lifecycle.start_stop import Lifecycle
+from ..requests.launch import Launcher
 
 __all__ = ["REPLICA_META", "ReplicaKeeper", "replica_generation"]
 
 #: The key of a replica session's ``meta``: ``{"id", "name", "generation"}`` of its endpoint.
 REPLICA_META = "endpoint"
-
-#: Starts a replica: (request, owner, meta) → the PENDING session.
-StartReplica = Callable[[Mapping[str, Any], str, Mapping[str, Any]], Awaitable[Session]]
-#: Ends a session: (session id, status_info).
-EndSession = Callable[[str, str], Awaitable[Any]]
 
 
 def replica_generation(session: Session) -> int:
@@ -79,11 +76,13 @@ class ReplicaKeeper(LoggingConfigurable):
         "it was ever healthy; doubled with each failure in a row, at most 300.",
     )
 
-    def __init__(self, core: Core, start: StartReplica, end: EndSession, **kwargs: Any) -> None:
+    def __init__(self, core: Core, launcher: Launcher, lifecycle: Lifecycle, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.core = core
-        self._start = start
-        self._end = end
+        #: Starts replicas (they queue like any session of the endpoint's owner).
+        self.launcher = launcher
+        #: Ends them.
+        self.lifecycle = lifecycle
         self.router = Router()
         #: Endpoint id → what went wrong last (shown in its view until a replica starts).
         self.errors: dict[str, str] = {}
@@ -314,7 +313,7 @@ class ReplicaKeeper(LoggingConfigurable):
             }
         }
         try:
-            session = await self._start(endpoint.spec.replica, endpoint.owner, meta)
+            session = await self.launcher.create(endpoint.spec.replica, endpoint.owner, meta=meta)
         except BaiError as exc:
             wait = self._failed(endpoint.id, now)
             self.errors[endpoint.id] = f"a replica could not start: {exc}; next try in {wait:g} s"
@@ -353,7 +352,7 @@ class ReplicaKeeper(LoggingConfigurable):
 
     async def _end_quietly(self, session_id: str, reason: str) -> None:
         try:
-            await self._end(session_id, reason)
+            await self.lifecycle.destroy(session_id, None, reason)
         except BaiError as exc:  # it ended meanwhile
             self.log.debug("bai-jupyter: ending replica %s: %s", session_id, exc)
 

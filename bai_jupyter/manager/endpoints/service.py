@@ -7,7 +7,7 @@ admin, may read and change an endpoint; anyone else is told it does not exist.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...endpoints import Endpoint, Load, parse_endpoint, parse_update
@@ -16,13 +16,10 @@ from ...model import NOT_ENDED, Session, Status, new_id
 from ...request import SpecError
 from ...store import NameConflict
 from ..core import Core
+from ..requests.launch import Launcher
 from .replicas import ReplicaKeeper, endpoint_of, replica_generation
 
 __all__ = ["Endpoints"]
-
-#: Validates a replica request for an owner (admission's dry run): (request, owner,
-#: groups, admin) → the session it would be; raises what admission raises.
-CheckReplica = Callable[[Mapping[str, Any], str, "Sequence[str] | None", bool], Awaitable[Session]]
 
 
 def _parsed(parse: Callable[[], Any]) -> Any:
@@ -35,10 +32,17 @@ def _parsed(parse: Callable[[], Any]) -> Any:
 class Endpoints:
     """What the API does with endpoints; :class:`ReplicaKeeper` does the rest."""
 
-    def __init__(self, core: Core, keeper: ReplicaKeeper, check: CheckReplica) -> None:
+    def __init__(self, core: Core, keeper: ReplicaKeeper, launcher: Launcher) -> None:
         self.core = core
         self.keeper = keeper
-        self._check = check
+        #: Checks a replica request for its owner (a dry run), as its replicas will be made.
+        self.launcher = launcher
+
+    async def _check(
+        self, request: Mapping[str, Any], owner: str, groups: Sequence[str] | None, admin: bool
+    ) -> None:
+        """Raise what a create of this replica request would (nothing is stored)."""
+        await self.launcher.create(request, owner, dry_run=True, groups=groups, admin=admin)
 
     async def create(
         self,

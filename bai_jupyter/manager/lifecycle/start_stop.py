@@ -12,7 +12,7 @@ import asyncio
 import copy
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Protocol
 
@@ -30,6 +30,7 @@ from ...runtime.protocol import READY_LINE
 from ...store import Transaction
 from ..core import Core, Settings, move
 from ..requests.mount_check import ADMIN_MOUNTS, MountCheck
+from ..watchdogs.idle_rules import IdleFollow
 from .images import ImagePresence
 from .multinode import MultiNode
 from .sftp import record as sftp_record
@@ -46,15 +47,17 @@ class LifecycleSettings(Settings, Protocol):
 class Lifecycle:
     """Starts placed sessions and ends sessions (destroyed, failed, or a finished batch)."""
 
-    def __init__(self, core: Core, settings: LifecycleSettings, mounts: MountCheck) -> None:
+    def __init__(
+        self, core: Core, settings: LifecycleSettings, mounts: MountCheck, follow: IdleFollow
+    ) -> None:
         self.core = core
         self.settings = settings
         self.mounts = mounts
+        #: Told the session as it will be RUNNING (its kernels' connection info), before
+        #: anyone is: the idle rules follow main1 from then on.
+        self.follow = follow
         self.multinode = MultiNode(core, settings, mounts)
         self.images = ImagePresence(core, settings)
-        #: Awaited with the session as it will be RUNNING (its kernels' connection info),
-        #: before anyone is told: the idle watch follows main1 from then on.
-        self.before_running: Callable[[Session], Awaitable[None]] | None = None
 
     # --- ending -------------------------------------------------------------------------------
 
@@ -184,10 +187,9 @@ class Lifecycle:
             creating = await core.edit(session_id, prepared)
             timeout = self.settings.start_timeout
             started = await asyncio.wait_for(self._start_all(session, agents, plans), timeout)
-            if self.before_running is not None:
-                ready = copy.deepcopy(creating)
-                _running(ready, started=started, plans=plans)
-                await self.before_running(ready)
+            ready = copy.deepcopy(creating)
+            _running(ready, started=started, plans=plans)
+            await self.follow.before_running(ready)
             await core.edit(session_id, partial(_running, started=started, plans=plans))
         except IllegalTransition:
             # Destroyed while starting: make sure nothing it created stays.

@@ -14,23 +14,24 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...model import Session, SessionSpec, Status
 from ...scheduler.context import PassContext
 from ...scheduler.placement import AgentPool
 from ...scheduler.predicates import concurrency, owner_resources
-from ...scheduler.queue import OwnerPolicyOf, load_snapshot
+from ...scheduler.queue import load_snapshot
 from ...store import Transaction
 from ..core import Core
+from ..owners import POOL_OWNER, exempt
 from ..requests.mount_check import MountCheck
-from .config import MARK, POOL_OWNER, PoolConfig, count, pool_key, reserved, warm_mark
+from ..requests.policies import Policies
+from ..watchdogs.idle_rules import IdleFollow
+from .config import MARK, PoolConfig, count, pool_key, reserved, warm_mark
 from .handover import HandoverError, hand_over
-
-if TYPE_CHECKING:
-    from .warm_pool import WarmPools
+from .warm_pool import PoolKeeper
 
 __all__ = ["PoolClaims"]
 
@@ -40,23 +41,28 @@ class _Gone(Exception):
 
 
 class PoolClaims:
-    """Serves creates from the pools of a :class:`~.warm_pool.WarmPools`."""
+    """Serves creates from the pools a :class:`~.warm_pool.PoolKeeper` keeps."""
 
     def __init__(
-        self, core: Core, pools: WarmPools, mounts: MountCheck, owner_policy: OwnerPolicyOf
+        self,
+        core: Core,
+        keeper: PoolKeeper,
+        mounts: MountCheck,
+        policies: Policies,
+        follow: IdleFollow,
     ) -> None:
         self.core = core
-        self.pools = pools
+        self.keeper = keeper
         self.mounts = mounts
-        self.owner_policy = owner_policy
-        #: Awaited with a session just claimed, before its caller has it (the idle watch
-        #: follows its kernel from then on, as it does a cold one's before RUNNING).
-        self.after_claim: Callable[[Session], Awaitable[None]] | None = None
+        self.policies = policies
+        #: Told a session just claimed, before its caller has it (the idle rules follow
+        #: its kernel from then on, as they do a cold one's before RUNNING).
+        self.follow = follow
 
     def _pool_of(self, spec: SessionSpec) -> tuple[PoolConfig, str] | None:
         key = pool_key(spec)
-        for pool in self.pools.pools:
-            resolved = self.pools.resolved.get(pool.name)
+        for pool in self.keeper.configs:
+            resolved = self.keeper.resolved.get(pool.name)
             if isinstance(resolved, tuple) and resolved[0] == key:
                 return pool, key
         return None
@@ -65,12 +71,12 @@ class PoolClaims:
         self, spec: SessionSpec, owner: str, meta: Mapping[str, Any], groups: Sequence[str]
     ) -> Session | None:
         """The caller's session made of a warm one, or ``None``: start it cold."""
-        found = self._pool_of(spec) if owner != POOL_OWNER and not spec.name else None
+        found = self._pool_of(spec) if not exempt(owner) and not spec.name else None
         if found is None:
             return None
         pool, key = found
-        notebook = bool(meta.get("notebook_dir")) and bool(self.pools.settings.notebook_root)
-        if notebook != self.pools.has_notebook(pool):
+        notebook = bool(meta.get("notebook_dir")) and bool(self.keeper.settings.notebook_root)
+        if notebook != self.keeper.has_notebook(pool):
             return None  # it would mount what the launch does not, or the reverse
         warm = await self.core.db(lambda tx: self._reserve(tx, pool, key, spec, owner, groups))
         if warm is None:
@@ -79,16 +85,15 @@ class PoolClaims:
             await self._hand_over(warm, meta)
         except HandoverError as exc:
             self.core.log.warning("bai-jupyter: warm session %s not handed over: %s", warm.id, exc)
-            await self.pools.end(warm, "pool-broken")
+            await self.keeper.end(warm, "pool-broken")
             await self.core.db(lambda tx: count(tx, pool.name, "misses"))
             return None
         try:
             claimed = await self.core.edit(warm.id, lambda s: _transfer(s, pool, spec, owner, meta))
         except _Gone:
             return None
-        if self.after_claim is not None:
-            await self.after_claim(claimed)
-        self.pools.wake()  # refill
+        await self.follow.before_running(claimed)
+        self.keeper.wake()  # refill
         return claimed
 
     def _reserve(
@@ -107,9 +112,9 @@ class PoolClaims:
         snapshot = load_snapshot(tx, spec.resource_group)
         group = self.core.groups.get(spec.resource_group)
         allowed = False
-        if group is not None and not any(s.owner != POOL_OWNER for s in snapshot.pending):
+        if group is not None and all(exempt(s.owner) for s in snapshot.pending):
             config = group.config
-            policy = self.owner_policy(owner, groups, config.policy(owner))
+            policy = self.policies.scheduler_policy(owner, groups, config.policy(owner))
             config = dataclasses.replace(
                 config, owner_policies={**config.owner_policies, owner: policy}
             )

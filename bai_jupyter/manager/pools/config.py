@@ -24,6 +24,7 @@ from ...request import NAME_RE, spec_to_json
 from ...request.kernel_launch import launch_request
 from ...resources import ResourceError, ResourceSlot
 from ...store import Transaction
+from ..owners import POOL_OWNER
 
 __all__ = [
     "MARK",
@@ -37,8 +38,6 @@ __all__ = [
     "warm_mark",
 ]
 
-#: The owner of every unclaimed warm session: no user (a name no login can take).
-POOL_OWNER = "(warm pool)"
 #: ``meta`` of an unclaimed warm session: ``{"pool", "key"}`` (and ``"reserved"`` while a
 #: claim hands it over); ``status_data`` of a claimed one: ``{"pool", "claimed_at"}``.
 MARK: Final = "warm_pool"

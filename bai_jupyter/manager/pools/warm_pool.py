@@ -1,12 +1,13 @@
 """Warm pools: interactive sessions started ahead of demand, claimed by matching launches.
 
-Each pool (:mod:`.pool_config`) keeps ``size`` sessions of one request started
+Each pool (:mod:`.config`) keeps ``size`` sessions of one request started
 and idle, owned by no user (``POOL_OWNER``). A create whose request, after
 templates and defaults, equals a pool's (and that mounts the notebooks where the
 pool does) takes its oldest warm session instead of queueing: in one store
 transaction the session becomes the caller's (owner, meta, priority; its id,
 SSH keys and kernel token were never anyone else's), its kernel moves to the
-notebook's folder (:mod:`.handover`), and the pool refills in the background.
+notebook's folder (:mod:`.handover`), and the pool refills in the background
+(:mod:`.claims`; the keeper here makes warm sessions through admission, never claims).
 
 Nobody is passed over: a claim happens only while nobody waits in the resource
 group's queue and the caller's limits allow one more session of that size, and
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Protocol
 
@@ -33,11 +34,11 @@ from ...request import spec_to_json
 from ...resources import ResourceSlot
 from ...scheduler.dispatcher import PassResult
 from ...scheduler.placement import never_fits
-from ...scheduler.queue import OwnerPolicyOf
 from ...store import Transaction
 from ..core import Core
-from ..requests.mount_check import MountCheck
-from .claims import PoolClaims
+from ..lifecycle.start_stop import Lifecycle
+from ..owners import exempt
+from ..requests.admission import Admission
 from .config import (
     MARK,
     POOL_OWNER,
@@ -49,7 +50,7 @@ from .config import (
     warm_mark,
 )
 
-__all__ = ["POOL_OWNER", "WarmPools"]
+__all__ = ["POOL_OWNER", "PoolKeeper"]
 
 
 class PoolSettings(Protocol):
@@ -60,34 +61,26 @@ class PoolSettings(Protocol):
     def notebook_root(self) -> str | None: ...
 
 
-#: ``create(request, owner, template, meta, dry_run)`` through admission, as the pool owner.
-Create = Callable[
-    [Mapping[str, Any], str, "str | None", Mapping[str, Any], bool], Awaitable[Session]
-]
-
-
-class WarmPools:
-    """Keeps the configured pools filled, serves claims, gives way under pressure."""
+class PoolKeeper:
+    """Keeps the configured pools filled and gives way under pressure (claims are
+    :class:`~.claims.PoolClaims`')."""
 
     def __init__(
-        self,
-        core: Core,
-        settings: PoolSettings,
-        mounts: MountCheck,
-        create: Create,
-        destroy: Callable[[str, str], Awaitable[Session]],
-        owner_policy: OwnerPolicyOf,
+        self, core: Core, settings: PoolSettings, admission: Admission, lifecycle: Lifecycle
     ) -> None:
         self.core = core
         self.settings = settings
-        self.mounts = mounts
-        self.create = create
-        self.destroy = destroy
-        self.claims = PoolClaims(core, self, mounts, owner_policy)
-        self.pools: list[PoolConfig] = []
+        self.admission = admission
+        self.lifecycle = lifecycle
+        #: The pools as configured (``warm_pools``), loaded when the manager starts.
+        self.configs: list[PoolConfig] = []
         #: Per pool: its resolved key and spec, or why its request is refused.
         self.resolved: dict[str, tuple[str, SessionSpec] | str] = {}
         self._wake = asyncio.Event()
+
+    def load(self, configs: list[PoolConfig]) -> None:
+        """Keep these pools from now on (the manager loads its setting when it starts)."""
+        self.configs = list(configs)
 
     # --- the keeper ---------------------------------------------------------------------------
 
@@ -107,7 +100,10 @@ class WarmPools:
     async def _resolve(self, pool: PoolConfig) -> tuple[str, SessionSpec] | str:
         """The pool's spec after its template and the defaults, as a launch's would be."""
         try:
-            made = await self.create(pool.request, POOL_OWNER, pool.template, {}, True)
+            admitted = await self.admission.admit(
+                pool.request, POOL_OWNER, pool.template, dry_run=True
+            )
+            made = await self.admission.enqueue(admitted, {}, dry_run=True)
         except BaiError as exc:
             return exc.message
         return pool_key(made.spec), made.spec
@@ -119,9 +115,9 @@ class WarmPools:
     async def round(self) -> None:
         """End what no pool describes, refill what is short while nobody waits."""
         sessions = await self.core.list_sessions(owner=POOL_OWNER, statuses=NOT_ENDED)
-        if not self.pools and not sessions:
+        if not self.configs and not sessions:
             return
-        for pool in self.pools:
+        for pool in self.configs:
             previous = self.resolved.get(pool.name)
             self.resolved[pool.name] = resolved = await self._resolve(pool)
             if isinstance(resolved, str) and resolved != previous:
@@ -136,14 +132,14 @@ class WarmPools:
             elif isinstance(found, tuple) and not reserved(session, now):
                 mine.setdefault(name, []).append(session)
         waiting = await self._groups_waiting()
-        for pool in self.pools:
+        for pool in self.configs:
             if isinstance(found := self.resolved[pool.name], tuple):
                 await self._fill(pool, found[0], mine.get(pool.name, []), waiting)
 
     async def _groups_waiting(self) -> set[str]:
         """Resource groups where a user's session waits."""
         pending = await self.core.list_sessions(statuses=[Status.PENDING])
-        return {s.spec.resource_group for s in pending if s.owner != POOL_OWNER}
+        return {s.spec.resource_group for s in pending if not exempt(s.owner)}
 
     async def _fill(
         self, pool: PoolConfig, key: str, live: list[Session], waiting: set[str]
@@ -175,7 +171,8 @@ class WarmPools:
                 meta["notebook_dir"] = self.settings.notebook_root
             request = {**pool.request, "priority": 0}  # behind every user's session
             try:
-                await self.create(request, POOL_OWNER, pool.template, meta, False)
+                admitted = await self.admission.admit(request, POOL_OWNER, pool.template)
+                await self.admission.enqueue(admitted, meta)
             except BaiError as exc:
                 self.core.log.warning("bai-jupyter: warm pool %s: %s", pool.name, exc.message)
                 return
@@ -190,7 +187,7 @@ class WarmPools:
     async def end(self, session: Session, reason: str) -> None:
         """End a warm session with ``reason``; one already ended is no error."""
         try:
-            await self.destroy(session.id, reason)
+            await self.lifecycle.destroy(session.id, None, reason)
         except BaiError as exc:  # ended meanwhile
             self.core.log.debug("bai-jupyter: warm session %s: %s", session.id, exc)
 
@@ -217,7 +214,7 @@ class WarmPools:
             return waiting, warm, tx.list_agents(group)
 
         waiting, warm, agents = await self.core.query(read)
-        waiting = [s for s in waiting if s.owner != POOL_OWNER]
+        waiting = [s for s in waiting if not exempt(s.owner)]
         free = {a.id: a.free for a in agents}
         _give_back(free, [s for s in warm if s.status is Status.TERMINATING])  # on their way
         now = time.time()
@@ -246,11 +243,11 @@ class WarmPools:
     async def view(self) -> list[dict[str, Any]]:
         """Each pool: its settings, its sessions by state, and its claim counts."""
         sessions = await self.core.list_sessions(owner=POOL_OWNER, statuses=NOT_ENDED)
-        names = [p.name for p in self.pools]
+        names = [p.name for p in self.configs]
         stats = await self.core.query(lambda tx: {n: pool_stats(tx, n) for n in names})
         now = time.time()
         reply = []
-        for pool in self.pools:
+        for pool in self.configs:
             resolved = self.resolved.get(pool.name)
             live = [s for s in sessions if warm_mark(s).get("pool") == pool.name]
             current = [s for s in live if _current(s, resolved)]

@@ -1,6 +1,7 @@
 """The request path: what a caller asks for, checked before anything runs.
 
 - :mod:`.admission`: a request validated over its template, given its defaults, enqueued;
+- :mod:`.launch`: a caller's create: admitted, claimed from a warm pool, else enqueued;
 - :mod:`.mount_check`: which host directories a session may mount;
 - :mod:`.policies`: per-user and per-group limits resolved for one owner;
 - :mod:`.templates`: named, stored defaults;

@@ -1,10 +1,17 @@
-"""Admission: a request validated (over a template), given its defaults, and enqueued."""
+"""Admission: a request validated (over a template), given its defaults, and enqueued.
+
+Two steps, so that a caller may serve the request another way in between (a user's
+launch may be served by a warm pool, :mod:`.launch`): :meth:`Admission.admit` checks
+it completely and returns what was admitted; :meth:`Admission.enqueue` stores it
+PENDING and wakes the scheduler.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
@@ -17,7 +24,6 @@ from ..core import Core
 from ..lifecycle.images import image_known, registry_of
 from ..lifecycle.multinode import MultiNode
 from ..lifecycle.sftp import check_agents
-from ..pools.config import POOL_OWNER
 from .mount_check import ADMIN_MOUNTS, MountCheck
 from .policies import Policies
 
@@ -30,52 +36,56 @@ class AdmissionSettings(Protocol):
     def admin_host_paths(self) -> bool: ...
 
     @property
-    def limits(self) -> Policies: ...
-
-    @property
     def registries(self) -> list[str]: ...
 
 
-#: ``claim(spec, owner, meta, groups)``: a warm session made the caller's, or ``None``.
-Claim = Callable[[SessionSpec, str, Mapping[str, Any], Sequence[str]], Awaitable["Session | None"]]
+@dataclass
+class Admitted:
+    """A request that passed every check: its spec (defaults filled in, dependencies as
+    ids), for whom, and whether an admin's host paths stay allowed when it starts."""
+
+    spec: SessionSpec
+    owner: str
+    #: The owner's user groups (as given, else as last known).
+    groups: list[str]
+    admin_mounts: bool = False
 
 
 class Admission:
     """Checks a request completely before it is stored, so nothing doomed ever queues."""
 
     def __init__(
-        self, core: Core, settings: AdmissionSettings, mounts: MountCheck, multinode: MultiNode
+        self,
+        core: Core,
+        settings: AdmissionSettings,
+        mounts: MountCheck,
+        multinode: MultiNode,
+        policies: Policies,
     ) -> None:
         self.core = core
         self.settings = settings
         self.mounts = mounts
         self.multinode = multinode
-        #: Serves a create from a warm pool instead of the queue (``None``: cold, always).
-        self.claim: Claim | None = None
+        self.policies = policies
 
-    async def create(
+    async def admit(
         self,
         request: Mapping[str, Any],
         owner: str,
         template: str | None = None,
-        meta: Mapping[str, Any] | None = None,
         dry_run: bool = False,
         groups: Sequence[str] | None = None,
         admin: bool = False,
-        internal: bool = False,
-    ) -> Session:
-        """Validate a request (over a template), enqueue it, and return the PENDING session
-        (or a RUNNING one, claimed from a warm pool).
+    ) -> Admitted:
+        """Validate a request (over a template) and fill in its defaults; raise what is
+        wrong with it (nothing is stored but the owner's groups, when given).
 
-        ``dry_run``: every check, defaults filled in, nothing stored or started.
-        ``groups``: the owner's user groups as the caller's authentication says (kept
-        for group policies and fair share); ``None``: as last known. ``admin``: the
-        caller may act on everyone's sessions (see ``admin_host_paths``). ``internal``:
-        the manager's own (the warm pools), the only creates the pool owner may make."""
-        if owner == POOL_OWNER and not internal:
-            raise Forbidden(f"the owner name {owner!r} is reserved for the warm pools")
+        ``dry_run``: the owner's groups are not kept either. ``groups``: the owner's
+        user groups as the caller's authentication says (kept for group policies and
+        fair share); ``None``: as last known. ``admin``: the caller may act on
+        everyone's sessions (see ``admin_host_paths``)."""
         core = self.core
-        store = core.require_store()
+        core.require_store()
         groups = await self._owner_groups(owner, groups, dry_run)
         tmpl = None
         if template is not None:
@@ -109,7 +119,7 @@ class Admission:
         pending = await core.query(
             lambda tx: len(tx.list_sessions(owner=owner, statuses=[Status.PENDING], history=False))
         )
-        limits = self.settings.limits.for_owner(owner, groups)
+        limits = self.policies.for_owner(owner, groups)
         for image in spec.images:  # every role's image: allowed, and on an agent
             refusal = limits.refuse(image, spec.resource_group, pending)
             if refusal is not None:
@@ -126,13 +136,18 @@ class Admission:
         await self.multinode.admit(spec, owner)
         resolved = [await self._resolve_id(dep, owner) for dep in spec.depends_on]
         spec.depends_on = list(dict.fromkeys(resolved))  # a name and its id: once
-        if self.claim is not None and not dry_run:
-            claimed = await self.claim(spec, owner, dict(meta or {}), groups)
-            if claimed is not None:
-                return claimed
-        session = Session.create(spec, owner, time.time())
+        return Admitted(spec, owner, groups, admin_mounts=any_path and bool(spec.mounts))
+
+    async def enqueue(
+        self, admitted: Admitted, meta: Mapping[str, Any] | None = None, dry_run: bool = False
+    ) -> Session:
+        """Store an admitted request PENDING (refused if it could never fit the group's
+        agents), tell, and wake the scheduler; ``dry_run``: the session it would be."""
+        core = self.core
+        store = core.require_store()
+        session = Session.create(admitted.spec, admitted.owner, time.time())
         session.meta = dict(meta or {})
-        if any_path and spec.mounts:  # an admin's host paths stay allowed when it starts
+        if admitted.admin_mounts:  # an admin's host paths stay allowed when it starts
             session.status_data = {**session.status_data, ADMIN_MOUNTS: True}
         try:
             await asyncio.to_thread(enqueue, store, session, dry_run)

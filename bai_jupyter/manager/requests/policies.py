@@ -21,7 +21,7 @@ from ...errors import ConfigError
 from ...idleness import parse_seconds, parse_utilization, widest_seconds, widest_utilization
 from ...resources import ResourceError, ResourceSlot
 from ...scheduler.config import OwnerPolicy
-from ..pools.config import POOL_OWNER
+from ..owners import exempt
 
 __all__ = ["POLICY_KEYS", "OwnerLimits", "Policies"]
 
@@ -139,17 +139,29 @@ class OwnerLimits:
 class Policies:
     """The configured policies, checked once; resolves any owner's limits."""
 
-    def __init__(self, config: Mapping[str, Any], default_max_pending: int | None = None) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | None = None, default_max_pending: int | None = None
+    ) -> None:
         """``default_max_pending``: ``max_pending`` where no entry sets it (None: none)."""
-        self.default_max_pending = default_max_pending
+        self.default_max_pending: int | None = None
+        self.default: dict[str, Any] = {}
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.users: dict[str, dict[str, Any]] = {}
+        self.load(config or {}, default_max_pending)
+
+    def load(self, config: Mapping[str, Any], default_max_pending: int | None = None) -> None:
+        """Check ``config`` (the ``policies`` setting) and use it from now on (the manager
+        loads its setting when it starts); a bad one raises ConfigError and changes nothing."""
         unknown = set(config) - {"default", "groups", "users"}
         if unknown:
             raise ConfigError(
                 f"policies: unknown section {sorted(unknown)[0]!r} (use default, groups, users)"
             )
-        self.default = self._entry(config.get("default") or {}, "policies.default")
-        self.groups = self._section(config.get("groups") or {}, "policies.groups")
-        self.users = self._section(config.get("users") or {}, "policies.users")
+        default = self._entry(config.get("default") or {}, "policies.default")
+        groups = self._section(config.get("groups") or {}, "policies.groups")
+        users = self._section(config.get("users") or {}, "policies.users")
+        self.default, self.groups, self.users = default, groups, users
+        self.default_max_pending = default_max_pending
 
     def _section(self, section: Any, where: str) -> dict[str, dict[str, Any]]:
         if not isinstance(section, Mapping):
@@ -169,8 +181,8 @@ class Policies:
 
     def for_owner(self, owner: str, groups: Iterable[str]) -> OwnerLimits:
         """``owner``'s limits: their own entry, else their groups', else the default (the
-        warm pools have none: their sizes bound them, and warm sessions are never idle)."""
-        if owner == POOL_OWNER:
+        manager's own owners have none: see :func:`~..owners.exempt`)."""
+        if exempt(owner):
             return OwnerLimits()
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
@@ -190,3 +202,12 @@ class Policies:
             values["max_pending"] = self.default_max_pending
             sources["max_pending"] = _DEFAULT_PENDING
         return OwnerLimits(values, sources)
+
+    def scheduler_policy(
+        self, owner: str, groups: Sequence[str], fallback: OwnerPolicy
+    ) -> OwnerPolicy:
+        """The scheduler's limits for ``owner``: the policies', else the group's own
+        (``fallback``); none for the manager's own owners (the warm pools' sizes bound them)."""
+        if exempt(owner):
+            return OwnerPolicy()
+        return self.for_owner(owner, groups).scheduler_policy(fallback)

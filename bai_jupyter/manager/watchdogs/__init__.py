@@ -5,5 +5,6 @@
 - :mod:`.reconcile`: the store matched with the agents after a restart;
 - :mod:`.liveness`: agents that stop answering, and come back;
 - :mod:`.hangs`: sessions stuck starting or ending forced to ERROR;
-- :mod:`.idle`, :mod:`.activity`, :mod:`.utilization`: idle rules, last use, CPU use.
+- :mod:`.idle`, :mod:`.idle_rules`, :mod:`.activity`, :mod:`.utilization`: the idle watch,
+  which rules apply, last use, CPU use.
 """

@@ -14,69 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
 from ...agents.base import AgentError
-from ...errors import ConfigError
-from ...idleness import (
-    IDLE_TIMEOUT,
-    REASONS,
-    SESSION_LIFETIME,
-    UTILIZATION,
-    IdleRules,
-    parse_idle_settings,
-)
+from ...idleness import IDLE_TIMEOUT, REASONS, SESSION_LIFETIME, UTILIZATION, IdleRules
 from ...model import ACTIVE, IllegalTransition, Session, SessionType, Status
 from ..core import Core
 from ..lifecycle.sftp import open_connections
 from ..lifecycle.start_stop import Lifecycle
-from ..pools.config import MARK, POOL_OWNER
-from ..requests.policies import Policies
+from ..pools.config import MARK
 from .activity import Activity
+from .idle_rules import IdleSettings
 from .utilization import CpuWindows
 
-__all__ = ["IdleSettings", "IdleWatch"]
-
-
-class IdleSettings:
-    """Which idle rules apply to an owner's session in a resource group."""
-
-    def __init__(self, groups: Mapping[str, Mapping[str, Any]], policies: Policies) -> None:
-        self.policies = policies
-        self.groups: dict[str, dict[str, Any]] = {}
-        for name, conf in groups.items():
-            try:
-                self.groups[name] = parse_idle_settings(
-                    conf.get("idle") or {}, f"resource_groups.{name}.idle"
-                )
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-
-    @property
-    def configured(self) -> bool:
-        """Whether any rule is set anywhere (else the watch has nothing to look at)."""
-        policies = [self.policies.default, *self.policies.groups.values()]
-        policies += list(self.policies.users.values())
-        keys = (IDLE_TIMEOUT, SESSION_LIFETIME, UTILIZATION)
-        return any(self.groups.values()) or any(k in entry for entry in policies for k in keys)
-
-    def rules_for(self, session: Session, owner_groups: list[str]) -> IdleRules:
-        """The owner's policy for each rule, else the group's; what the type is exempt
-        from left out."""
-        if session.owner == POOL_OWNER:  # a warm session waits for its user by design
-            return IdleRules()
-        limits = self.policies.for_owner(session.owner, owner_groups)
-        group = session.spec.resource_group
-        values: dict[str, Any] = {}
-        sources: dict[str, str] = {}
-        for key, value in self.groups.get(group, {}).items():
-            values[key], sources[key] = value, f"resource_groups.{group}.idle"
-        for key in (IDLE_TIMEOUT, SESSION_LIFETIME, UTILIZATION):
-            if key in limits.values:
-                values[key], sources[key] = limits.values[key], limits.sources[key]
-        return IdleRules.from_values(values, sources).for_type(session.spec.type)
+__all__ = ["IdleWatch"]
 
 
 class _Settings(Protocol):
@@ -109,7 +61,7 @@ class IdleWatch:
         settings: _Settings,
         lifecycle: Lifecycle,
         activity: Activity,
-        idle_settings: Callable[[], IdleSettings],
+        idle_settings: IdleSettings,
     ) -> None:
         self.core = core
         self.settings = settings
@@ -129,7 +81,7 @@ class IdleWatch:
 
     async def check(self) -> None:
         """One look at every running session."""
-        settings = self.idle_settings()
+        settings = self.idle_settings
         if not settings.configured:
             return
         listed_at = time.time()
@@ -143,16 +95,6 @@ class IdleWatch:
         await asyncio.gather(
             *(self._session(s, settings.rules_for(s, groups.get(s.owner, []))) for s in sessions)
         )
-
-    async def before_running(self, session: Session) -> None:
-        """Follow an interactive session's kernel before it is announced RUNNING, when an
-        idle_timeout applies: a cell its user runs at once keeps it in use."""
-        settings = self.idle_settings()
-        if not settings.configured or session.spec.type is not SessionType.INTERACTIVE:
-            return
-        groups = await self.core.query(lambda tx: tx.owner_groups({session.owner}))
-        if settings.rules_for(session, groups.get(session.owner, [])).idle_timeout:
-            await self.activity.follow_kernel_now(session)
 
     async def _session(self, session: Session, rules: IdleRules) -> None:
         if not rules or session.id in self._ending:

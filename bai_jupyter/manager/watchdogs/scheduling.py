@@ -10,19 +10,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ...errors import ConfigError, NotFound
 from ...model import Session
 from ...scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from ...scheduler.context import PassContext
-from ...scheduler.dispatcher import PassResult
 from ...scheduler.placement import AgentPool
-from ...scheduler.queue import OwnerPolicyOf, load_snapshot, run_pass
+from ...scheduler.queue import load_snapshot, run_pass
 from ...store import Transaction
 from ..core import Core, GroupScheduler
+from ..lifecycle.start_stop import Lifecycle
+from ..pools.warm_pool import PoolKeeper
+from ..requests.policies import Policies
 
 __all__ = ["Scheduling", "load_groups"]
 
@@ -72,20 +74,29 @@ def load_groups(groups: Mapping[str, Mapping[str, Any]]) -> dict[str, GroupSched
     return loaded
 
 
+class _Settings(Protocol):
+    @property
+    def pass_interval(self) -> float: ...
+
+
 class Scheduling:
-    """Runs passes for every resource group and hands placed sessions to ``start``."""
+    """Runs passes for every resource group and hands placed sessions to the lifecycle."""
 
     def __init__(
         self,
         core: Core,
-        start: Callable[[str], Coroutine[Any, Any, None]],
-        owner_policy: OwnerPolicyOf | None = None,
+        settings: _Settings,
+        lifecycle: Lifecycle,
+        policies: Policies,
+        pool_keeper: PoolKeeper,
     ) -> None:
         self.core = core
-        self.start = start
-        self.owner_policy = owner_policy
+        self.settings = settings
+        self.lifecycle = lifecycle
+        #: Each owner's limits in a pass (the policies', else the group's own).
+        self.policies = policies
         #: Told each group's result after its pass (the warm pools give way to who waits).
-        self.after_pass: Callable[[str, PassResult], Awaitable[None]] | None = None
+        self.pool_keeper = pool_keeper
         #: Per group: how long its passes took.
         self.stats: dict[str, PassStats] = defaultdict(PassStats)
 
@@ -95,9 +106,10 @@ class Scheduling:
         except KeyError:
             raise NotFound(f"no resource group {name!r}") from None
 
-    async def loop(self, interval: Callable[[], float]) -> None:
-        """Pass whenever woken, and at least every ``interval()`` seconds; survive anything."""
+    async def loop(self) -> None:
+        """Pass whenever woken, and at least every ``pass_interval`` s; survive anything."""
         core = self.core
+        interval = lambda: self.settings.pass_interval  # noqa: E731
         await core.every(interval, self.pass_now, "scheduling pass", event=core.wakeup).run()
 
     async def pass_now(self) -> None:
@@ -114,7 +126,7 @@ class Scheduling:
                 group.sequencer,
                 group.selector,
                 time.time(),
-                self.owner_policy,
+                self.policies.scheduler_policy,
             )
             self.stats[name].record(time.perf_counter() - started, len(result.placements))
             changed = [p.session_id for p in result.placements]
@@ -124,11 +136,11 @@ class Scheduling:
             for session_id in changed:
                 core.hub.publish(await core.get(session_id))
             for placement in result.placements:
-                core.spawn(self.start(placement.session_id))
+                core.spawn(self.lifecycle.start(placement.session_id))
             if result.cancellations:
                 core.wake()  # dependants of what was cancelled
-            if self.after_pass is not None and result.failures:
-                await self.after_pass(name, result)
+            if result.failures:
+                await self.pool_keeper.give_way(name, result)
 
     async def queues(self) -> dict[str, list[Session]]:
         """Each group's pending sessions in the order the next pass will try them."""
