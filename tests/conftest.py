@@ -217,9 +217,9 @@ async def kernel_client(
 @pytest.fixture(scope="session")
 def swarm_engines(kernel_image: str) -> Iterator[Any]:
     """Three more Docker engines, each in a network namespace of its own, in one Swarm,
-    each holding the kernel image, and a fourth in no Swarm (see ``engines_harness``);
+    each holding the kernel image, and a fourth in no Swarm (see ``harness.engines``);
     stopped after the session."""
-    import engines_harness
+    from harness import engines as engines_harness
 
     if os.geteuid() != 0:
         skip_or_fail("several Docker engines need root (network namespaces, dockerd)")
@@ -234,8 +234,8 @@ def swarm_engines(kernel_image: str) -> Iterator[Any]:
 def registry(swarm_engines: Any, kernel_image: str) -> Iterator[tuple[Any, str]]:
     """A registry that the engine outside the Swarm pulls from over a slow link, holding
     the kernel image plus a layer under a name of its own (pushed once, kept between
-    runs; that engine holds no copy), and that name (see ``engines_harness.Registry``)."""
-    import engines_harness
+    runs; that engine holds no copy), and that name (see ``harness.engines.Registry``)."""
+    from harness import engines as engines_harness
 
     if shutil.which("docker-registry") is None:
         skip_or_fail("no docker-registry (apt-get install docker-registry)")
