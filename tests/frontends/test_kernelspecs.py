@@ -108,7 +108,7 @@ def test_list_shows_only_bai_kernelspecs(
     ]
 
 
-# --- resources derived from the machine, names and logos (issue 11, points 10 and 11)
+# --- resources derived from the machine, names and logos
 
 
 def machine() -> ResourceSlot:

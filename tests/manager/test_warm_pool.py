@@ -1,4 +1,4 @@
-"""Warm pools (issue 16): sessions started ahead of demand, claimed by matching launches.
+"""Warm pools: sessions started ahead of demand, claimed by matching launches.
 
 On a real Docker engine: a notebook launched through a real ``jupyter server`` gets a
 warm session made its user's (its owner, id, kernel token, SSH keys and folder, none of

@@ -1,4 +1,4 @@
-"""A bai kernel sees its notebook's files, as a local kernel does (issue 11, point 7).
+"""A bai kernel sees its notebook's files, as a local kernel does.
 
 A real ``jupyter server`` (its root dir a folder of notebooks) starts a bai kernel for
 a notebook in a subfolder through Jupyter's own sessions API: the kernel's working

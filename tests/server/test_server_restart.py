@@ -1,4 +1,4 @@
-"""The restart story: SIGKILL the server with a running and a pending session; start it again."""
+"""A server restart: SIGKILL the server with a running and a pending session; start it again."""
 
 from __future__ import annotations
 

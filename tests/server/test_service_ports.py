@@ -1,5 +1,5 @@
 """Service ports for a notebook's session: from a kernelspec, added to a running session,
-and proxied by the session's name (issue 11 point 8), against a real server and Docker."""
+and proxied by the session's name, against a real server and Docker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""What a new user meets first: a launch that cannot fit, then stopping the server."""
+"""A session's life through a real server: a launch that fails says why and the server
+still stops; kernel keys go to their owner only; ended records are purged on request or
+past retention; ``jupyter console`` ends its session on exit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10: no request can stop the scheduler, run uncapped, or get a 5xx for its size.
+"""Request limits: no request can stop the scheduler, run uncapped, or get a 5xx for its size.
 
 Bounds at the edge (the request schema), a scheduling pass that survives a session it
 cannot handle (also one stored before the bounds existed, and after a restart), real
