@@ -1,4 +1,6 @@
-"""Shared fixtures: the real Docker engine, the kernel image and a real browser.
+"""Shared fixtures: the real Docker engine, the kernel image, a real browser, and the
+one session-manager factory (``make_manager``) with its ``backend`` and ``manager``
+fixtures.
 
 Outside CI a test that needs Docker skips when no engine answers; with
 ``CI=true`` it fails instead, so CI can never pass by skipping them.
@@ -22,6 +24,8 @@ import pytest
 
 if TYPE_CHECKING:
     from jupyter_client.asynchronous.client import AsyncKernelClient
+
+    from bai_jupyter.manager import BaiSessionManager
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent
@@ -190,6 +194,39 @@ async def started_manager(mgr: Any) -> AsyncIterator[Any]:
         live = [s for s in await mgr.list_sessions() if not s.status.is_terminal]
         await asyncio.gather(*(mgr.destroy(s.id) for s in live))
         await mgr.stop()
+
+
+def make_manager(tmp_path: Path, backend: str, **traits: Any) -> BaiSessionManager:
+    """A session manager (not started) on ``backend`` whose store, data folders and local
+    kernels are all under ``tmp_path``, scheduling every half second; ``traits`` add to
+    or override those settings."""
+    from traitlets.config import Config
+
+    from bai_jupyter.manager import BaiSessionManager
+
+    settings: dict[str, Any] = {
+        "store_url": f"sqlite:///{tmp_path}/store.sqlite",
+        "data_folders_root": str(tmp_path / "folders"),
+        "config": Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
+        "pass_interval": 0.5,
+    }
+    return BaiSessionManager(backend=backend, **{**settings, **traits})
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each test that takes it runs on local processes, then on the Docker engine with the
+    kernel image (which skips, or fails under CI, without an engine)."""
+    if request.param == "docker":
+        request.getfixturevalue("kernel_image")
+    return str(request.param)
+
+
+@pytest.fixture
+async def manager(tmp_path: Path, backend: str) -> AsyncIterator[BaiSessionManager]:
+    """``make_manager`` on ``backend``, started; its sessions all ended afterwards."""
+    async with started_manager(make_manager(tmp_path, backend)) as mgr:
+        yield mgr
 
 
 # --- a Jupyter kernel client, never left with open sockets ---------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kernel_client
+from conftest import kernel_client, make_manager
 from harness.notebooks import run_notebook
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
@@ -77,13 +77,7 @@ async def manager(
 ) -> AsyncIterator[BaiSessionManager]:
     """A manager on the test's own store, registered in-process like the server extension's."""
     agents = [] if capacity is None else [{"id": "docker", "slots": capacity}]
-    mgr = BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        backend="docker",
-        agents=agents,
-        data_folders_root=str(tmp_path / "folders"),
-        pass_interval=0.5,
-    )
+    mgr = make_manager(tmp_path, "docker", agents=agents)
     await mgr.start()
     register_manager(mgr)
     try:

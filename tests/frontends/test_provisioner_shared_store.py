@@ -11,28 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_manager
 
 from bai_jupyter.kernel_plan import LABEL_SESSION
-from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import STARTING, Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-def _manager(tmp_path: Path, store_url: str) -> BaiSessionManager:
-    return BaiSessionManager(
-        store_url=store_url,
-        backend="docker",
-        data_folders_root=str(tmp_path / "folders"),
-        pass_interval=0.5,
-    )
 
 
 async def test_a_second_manager_leaves_a_starting_session_to_the_first(
     tmp_path: Path, store_url: str, kernel_image: str, docker_engine: Any
 ) -> None:
     """On an SQLite file and on PostgreSQL (a Hub's replicated service)."""
-    first, second = _manager(tmp_path, store_url), _manager(tmp_path, store_url)
+    first, second = (make_manager(tmp_path, "docker", store_url=store_url) for _ in range(2))
     await first.start()
     try:
         session = await first.create({"cluster_size": 3}, "alice")

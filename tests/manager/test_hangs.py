@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import started_manager
+from conftest import make_manager, started_manager
 
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
@@ -50,14 +50,8 @@ def never_ready(kernel_image: str, docker_engine: Any) -> Iterator[str]:
 
 
 def _manager(tmp_path: Path, **traits: Any) -> BaiSessionManager:
-    return BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        backend="docker",
-        data_folders_root=str(tmp_path / "folders"),
-        pass_interval=0.5,
-        watchdog_interval=0.2,
-        **traits,
-    )
+    """Conftest's ``make_manager`` on Docker, its watchdog checking five times a second."""
+    return make_manager(tmp_path, "docker", watchdog_interval=0.2, **traits)
 
 
 async def _gone(docker_engine: Any, session_id: str) -> None:

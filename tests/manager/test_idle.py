@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import started_manager
+from conftest import make_manager, started_manager
 from jupyter_client.asynchronous.client import AsyncKernelClient
-from traitlets.config import Config
 
 from bai_jupyter.idleness import idle_view
 from bai_jupyter.manager import BaiSessionManager
@@ -36,21 +35,12 @@ POLICIES = {
 }
 
 
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
-    if request.param == "docker":
-        request.getfixturevalue("kernel_image")
-    return str(request.param)
-
-
 @pytest.fixture
 async def manager(tmp_path: Path, backend: str) -> AsyncIterator[BaiSessionManager]:
-    mgr = BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        backend=backend,
-        data_folders_root=str(tmp_path / "folders"),
-        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
-        pass_interval=0.5,
+    """Conftest's ``manager`` plus this module's idle rules, checked five times a second."""
+    mgr = make_manager(
+        tmp_path,
+        backend,
         watchdog_interval=0.2,
         resource_groups={"default": {"idle": {"idle_timeout": IDLE_TIMEOUT}}},
         policies=POLICIES,

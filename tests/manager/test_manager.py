@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import started_manager
-from traitlets.config import Config
+from conftest import make_manager, started_manager
 
 from bai_jupyter.agents.docker import EGRESS_NETWORK, DockerAgent
 from bai_jupyter.errors import InvalidRequest
@@ -33,35 +32,11 @@ pytestmark = pytest.mark.timeout(180)
 RUNNING = {Status.RUNNING}
 
 
-def _manager(tmp_path: Path, backend: str, **traits: Any) -> BaiSessionManager:
-    return BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        backend=backend,
-        data_folders_root=str(tmp_path / "folders"),
-        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
-        pass_interval=0.5,
-        **traits,
-    )
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
-    if request.param == "docker":
-        request.getfixturevalue("kernel_image")
-    return str(request.param)
-
-
 @asynccontextmanager
 async def _started(tmp_path: Path, backend: str, **traits: Any) -> AsyncIterator[BaiSessionManager]:
     """A started manager whose sessions are all gone afterwards, whatever happened."""
-    mgr = _manager(tmp_path, backend, **traits)
+    mgr = make_manager(tmp_path, backend, **traits)
     async with started_manager(mgr):
-        yield mgr
-
-
-@pytest.fixture
-async def manager(tmp_path: Path, backend: str) -> AsyncIterator[BaiSessionManager]:
-    async with _started(tmp_path, backend) as mgr:
         yield mgr
 
 
@@ -244,11 +219,11 @@ async def test_queued_session_starts_when_capacity_frees(tmp_path: Path, backend
 
 
 async def test_restarted_manager_finds_running_session(tmp_path: Path, backend: str) -> None:
-    first = _manager(tmp_path, backend)
+    first = make_manager(tmp_path, backend)
     await first.start()
     sid = await _run(first, {"cluster_size": 2, "resources": {"cpu": "0.5", "mem": "256m"}})
     await first.stop()
-    second = _manager(tmp_path, backend)
+    second = make_manager(tmp_path, backend)
     await second.start()
     try:
         session = await second.get(sid)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_manager
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from traitlets import TraitError
@@ -293,6 +294,8 @@ def _inside(path: str, top: str) -> bool:
 
 @pytest.fixture
 async def mgr(tmp_path: Path, kernel_image: str) -> AsyncIterator[BaiSessionManager]:
+    """Not conftest's ``make_manager``: Docker with a disk limit and two allowed host paths
+    (``rw``, ``ro``), its store in a folder of its own."""
     (tmp_path / "allowed" / "rw").mkdir(parents=True)
     (tmp_path / "allowed" / "ro").mkdir(parents=True)
     manager = BaiSessionManager(
@@ -387,13 +390,7 @@ async def test_container_mounts_capabilities_and_privileges(
 
 async def test_local_backend_applies_the_same_policy(tmp_path: Path) -> None:
     """The local agent goes through the manager: same refusals, own folder made there."""
-    manager = BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        backend="local",
-        data_folders_root=str(tmp_path / "folders"),
-        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
-        pass_interval=0.5,
-    )
+    manager = make_manager(tmp_path, "local")
     await manager.start()
     try:
         for entry in ("/", "/proc", f"{tmp_path}:/mnt/t", f"{tmp_path}/kernels:/mnt/k"):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import docker_client, started_manager, until
+from conftest import docker_client, make_manager, started_manager, until
 from harness.server import Server, end_all, free_port, serving, start_server, stdout_of
 
 from bai_jupyter import kernelspecs
@@ -91,15 +91,10 @@ def test_the_key_a_launch_must_match_ignores_its_name_and_priority() -> None:
 
 
 def _manager(tmp_path: Path, **traits: Any) -> BaiSessionManager:
-    return BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        backend="docker",
-        data_folders_root=str(tmp_path / "folders"),
-        pass_interval=0.5,
-        warm_pool_interval=0.3,
-        agents=[{"backend": "docker", "id": "engine", "slots": {"cpu": "2", "mem": "4g"}}],
-        **traits,
-    )
+    """Conftest's ``make_manager`` on one Docker agent of 2 CPUs and 4 GiB, its pools
+    refilled every 0.3 s."""
+    engine = {"backend": "docker", "id": "engine", "slots": {"cpu": "2", "mem": "4g"}}
+    return make_manager(tmp_path, "docker", warm_pool_interval=0.3, agents=[engine], **traits)
 
 
 async def _warm(mgr: BaiSessionManager, count: int = 1) -> dict[str, Any]:

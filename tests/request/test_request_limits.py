@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import until
+from conftest import make_manager, until
 from harness.server import MULTI_USER, Server, start_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from traitlets.config import Config
 
 from bai_jupyter.agents.capped import DROPPED_MARK
 from bai_jupyter.agents.docker.containers import kernel_limits
@@ -197,19 +196,9 @@ def test_one_bad_session_is_cancelled_and_the_pass_goes_on(culprit: str) -> None
     assert "scheduler failed" in cancel.msg
 
 
-def _manager(tmp_path: Path, **traits: Any) -> BaiSessionManager:
-    return BaiSessionManager(
-        store_url=f"sqlite:///{tmp_path}/store.sqlite",
-        data_folders_root=str(tmp_path / "folders"),
-        config=Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
-        pass_interval=0.5,
-        **traits,
-    )
-
-
 @asynccontextmanager
 async def _started(tmp_path: Path, backend: str = "local") -> AsyncIterator[BaiSessionManager]:
-    mgr = _manager(tmp_path, backend=backend)
+    mgr = make_manager(tmp_path, backend)
     await mgr.start()
     try:
         yield mgr

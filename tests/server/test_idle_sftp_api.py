@@ -21,14 +21,12 @@ from typing import Any
 
 import docker.errors
 import pytest
-from conftest import skip_or_fail, started_manager
+from conftest import make_manager, skip_or_fail, started_manager
 from harness.server import MULTI_USER, Server, end_all, start_server
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from traitlets.config import Config
 
 from bai_jupyter.errors import Conflict, InvalidRequest
-from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import SessionResult, Status
 
 pytestmark = pytest.mark.timeout(240)
@@ -508,9 +506,6 @@ async def test_the_command_line_makes_sessions_of_each_kind_and_an_sftp_login(
 
 async def test_a_system_session_needs_an_agent_that_serves_sftp(tmp_path: Path) -> None:
     """The local backend runs processes: it has no SFTP server to give, and says so."""
-    local = Config({"LocalAgent": {"root": str(tmp_path / "kernels")}})
-    store = f"sqlite:///{tmp_path}/store.sqlite"
-    manager = BaiSessionManager(store_url=store, backend="local", config=local)
-    async with started_manager(manager) as mgr:
+    async with started_manager(make_manager(tmp_path, "local")) as mgr:
         with pytest.raises(InvalidRequest, match="needs an agent that serves SFTP"):
             await mgr.create({"type": "system", "mounts": ["data"]}, "alice")

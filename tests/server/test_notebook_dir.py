@@ -41,6 +41,8 @@ PROBE = (
 
 @pytest.fixture(scope="module", params=[pytest.param("docker", marks=pytest.mark.docker), "local"])
 def backend(request: pytest.FixtureRequest) -> str:
+    """Not conftest's ``backend``: module-scoped (one server and notebook folder per
+    backend), Docker first."""
     if request.param == "docker":
         request.getfixturevalue("kernel_image")  # skips (fails under CI) without an engine
     return str(request.param)
@@ -198,7 +200,8 @@ async def test_users_of_a_shared_server_cannot_ask_for_its_root(tmp_path: Path) 
 
 @pytest.fixture
 async def manager(tmp_path: Path) -> AsyncIterator[BaiSessionManager]:
-    """A local-backend manager whose own files are all under ``tmp_path/srv``."""
+    """A local-backend manager whose own files are all under ``tmp_path/srv``, away from
+    the notebooks (not conftest's ``manager``: its own layout, the default pass interval)."""
     (tmp_path / "srv").mkdir()
     mgr = BaiSessionManager(
         store_url=f"sqlite:///{tmp_path}/srv/store.sqlite",
