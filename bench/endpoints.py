@@ -45,7 +45,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from test_server_harness import TOKEN, start_server
+from harness.server import TOKEN, start_server
 
 from bai_jupyter.model import Status
 from bai_jupyter.runtime.protocol import DEFAULT_IMAGE, ServicePort

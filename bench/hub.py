@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import postgres_database
-from hub_harness import Hub, start_hub
+from harness.hub import Hub, start_hub
+from harness.server import Server, start_server
 from scheduler import make_snapshot
-from test_server_harness import Server, start_server
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.scheduler import SchedulerConfig, load_plugins

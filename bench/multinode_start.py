@@ -1,7 +1,7 @@
 """The multi-node arm of ``bench/cluster_start.py`` (``--multi-node``): three engines.
 
 Brings up three extra Docker engines in one Swarm on this machine
-(``tests/engines_harness.py``: each in a network namespace of its own, needs
+(``tests/harness/engines.py``: each in a network namespace of its own, needs
 root; the default engine is left alone) and times, interleaved round by round:
 
 * ``spread3``: a size-3 ``multi-node`` session whose kernels (``cpu 0.25, mem
@@ -33,7 +33,7 @@ from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import engines_harness  # the test harness: three engines in a Swarm
+from harness import engines as engines_harness  # the test harness: three engines in a Swarm
 
 SLOTS = {"cpu": "2", "mem": "1g"}
 SPREAD = {

@@ -44,7 +44,7 @@ from tornado.websocket import websocket_connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from test_server_harness import TOKEN, start_server
+from harness.server import TOKEN, start_server
 
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.model import Status

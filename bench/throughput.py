@@ -40,8 +40,8 @@ from docker.client import DockerClient
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.server import Server, end_all, start_server
 from raw_kernels import RawKernels, RawStart
-from test_server_harness import Server, end_all, start_server
 
 from bai_jupyter.model import Status
 from bai_jupyter.runtime.protocol import DEFAULT_IMAGE

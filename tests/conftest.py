@@ -1,4 +1,6 @@
-"""Shared fixtures: the real Docker engine, the kernel image and a real browser.
+"""Shared fixtures: the real Docker engine, the kernel image, a real browser, and the
+one session-manager factory (``make_manager``) with its ``backend`` and ``manager``
+fixtures.
 
 Outside CI a test that needs Docker skips when no engine answers; with
 ``CI=true`` it fails instead, so CI can never pass by skipping them.
@@ -22,6 +24,8 @@ import pytest
 
 if TYPE_CHECKING:
     from jupyter_client.asynchronous.client import AsyncKernelClient
+
+    from bai_jupyter.manager import BaiSessionManager
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 REPO = Path(__file__).resolve().parent.parent
@@ -192,6 +196,39 @@ async def started_manager(mgr: Any) -> AsyncIterator[Any]:
         await mgr.stop()
 
 
+def make_manager(tmp_path: Path, backend: str, **traits: Any) -> BaiSessionManager:
+    """A session manager (not started) on ``backend`` whose store, data folders and local
+    kernels are all under ``tmp_path``, scheduling every half second; ``traits`` add to
+    or override those settings."""
+    from traitlets.config import Config
+
+    from bai_jupyter.manager import BaiSessionManager
+
+    settings: dict[str, Any] = {
+        "store_url": f"sqlite:///{tmp_path}/store.sqlite",
+        "data_folders_root": str(tmp_path / "folders"),
+        "config": Config({"LocalAgent": {"root": str(tmp_path / "kernels")}}),
+        "pass_interval": 0.5,
+    }
+    return BaiSessionManager(backend=backend, **{**settings, **traits})
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each test that takes it runs on local processes, then on the Docker engine with the
+    kernel image (which skips, or fails under CI, without an engine)."""
+    if request.param == "docker":
+        request.getfixturevalue("kernel_image")
+    return str(request.param)
+
+
+@pytest.fixture
+async def manager(tmp_path: Path, backend: str) -> AsyncIterator[BaiSessionManager]:
+    """``make_manager`` on ``backend``, started; its sessions all ended afterwards."""
+    async with started_manager(make_manager(tmp_path, backend)) as mgr:
+        yield mgr
+
+
 # --- a Jupyter kernel client, never left with open sockets ---------------------------------
 
 
@@ -217,9 +254,9 @@ async def kernel_client(
 @pytest.fixture(scope="session")
 def swarm_engines(kernel_image: str) -> Iterator[Any]:
     """Three more Docker engines, each in a network namespace of its own, in one Swarm,
-    each holding the kernel image, and a fourth in no Swarm (see ``engines_harness``);
+    each holding the kernel image, and a fourth in no Swarm (see ``harness.engines``);
     stopped after the session."""
-    import engines_harness
+    from harness import engines as engines_harness
 
     if os.geteuid() != 0:
         skip_or_fail("several Docker engines need root (network namespaces, dockerd)")
@@ -234,8 +271,8 @@ def swarm_engines(kernel_image: str) -> Iterator[Any]:
 def registry(swarm_engines: Any, kernel_image: str) -> Iterator[tuple[Any, str]]:
     """A registry that the engine outside the Swarm pulls from over a slow link, holding
     the kernel image plus a layer under a name of its own (pushed once, kept between
-    runs; that engine holds no copy), and that name (see ``engines_harness.Registry``)."""
-    import engines_harness
+    runs; that engine holds no copy), and that name (see ``harness.engines.Registry``)."""
+    from harness import engines as engines_harness
 
     if shutil.which("docker-registry") is None:
         skip_or_fail("no docker-registry (apt-get install docker-registry)")

@@ -1,0 +1,200 @@
+"""A session's life through a real server: a launch that fails says why and the server
+still stops; kernel keys go to their owner only; ended records are purged on request or
+past retention; ``jupyter console`` ends its session on exit."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness.server import start_server
+
+from bai_jupyter.model import Status
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.mark.parametrize("case", ["never-fits", "queue-timeout"])
+async def test_a_failed_launch_is_explained_and_the_server_still_stops(
+    tmp_path: Path, case: str
+) -> None:
+    """A failed launch, then SIGTERM still exits cleanly (rc 0, no traceback).
+
+    ``never-fits``: a kernelspec no agent can ever run is a clean 4xx. ``queue-timeout``:
+    a kernelspec whose session waits in the queue (its template starts it far in the
+    future) past ``launch_timeout`` is cancelled, and the launch fails with why it waited.
+    """
+    from bai_jupyter.kernelspecs import kernelspec_json
+
+    root = tmp_path / "server"
+    spec_dir = root / "data" / "kernels" / "bai-huge"
+    spec_dir.mkdir(parents=True)
+    config: dict[str, Any] = {"launch_timeout": 3.0}
+    if case == "never-fits":
+        config["resources"] = {"cpu": "512"}
+    else:
+        config["template"] = "later"
+    (spec_dir / "kernel.json").write_text(json.dumps(kernelspec_json("bai huge", config)))
+    server = start_server(root)
+    try:
+        if case == "queue-timeout":
+            made = await server.fetch(
+                "POST", "bai/api/v1/templates", {"name": "later", "spec": {"starts_at": 4e9}}
+            )
+            assert made.code == 201, made.body
+        reply = await server.fetch("POST", "api/kernels", {"name": "bai-huge"})
+        session_reply = await server.fetch(
+            "POST",
+            "api/sessions",
+            {"path": "a.ipynb", "type": "notebook", "kernel": {"name": "bai-huge"}},
+        )
+        if case == "never-fits":
+            assert 400 <= reply.code < 500, (reply.code, reply.body, server.tail())
+            assert 400 <= session_reply.code < 500, (session_reply.code, session_reply.body)
+        else:
+            for answer in (reply, session_reply):
+                assert answer.code == 504, (answer.code, answer.body, server.tail())
+                message = json.loads(answer.body)["message"]
+                assert "launch_timeout=3" in message and "starts at 2096" in message, message
+            sessions = await server.client().list_sessions()
+            assert len(sessions) == 2, sessions
+            assert all(s.status is Status.CANCELLED for s in sessions), sessions
+    finally:
+        server.stop()
+    log = server.log.read_text(errors="replace")
+    assert server.proc.returncode == 0, log[-4000:]
+    assert "Traceback" not in log, log[-4000:]
+
+
+async def test_kernel_keys_only_to_the_owner_who_asks(tmp_path: Path) -> None:
+    """Lists and plain reads hide kernels' HMAC keys; ``?connection=true`` gives the owner's."""
+    from harness.server import MULTI_USER, end_all
+
+    server = start_server(tmp_path / "server", MULTI_USER)
+    try:
+        alice = server.client("alice-token")
+        made = await alice.create({"type": "interactive"})
+        await alice.wait_for(made.id, [Status.RUNNING], timeout=120)
+
+        def keys(view: dict[str, Any]) -> list[Any]:
+            return [k["info"].get("connection", {}).get("key") for k in view["kernels"]]
+
+        path = f"bai/api/v1/sessions/{made.id}"
+        listing = await server.fetch("GET", "bai/api/v1/sessions", token="alice-token")
+        (listed,) = json.loads(listing.body)["sessions"]
+        assert keys(listed) == [None]
+        plain = json.loads((await server.fetch("GET", path, token="alice-token")).body)
+        assert keys(plain) == [None]
+        assert plain["kernels"][0]["info"]["connection"]["shell_port"]
+        asked = await server.fetch("GET", path + "?connection=true", token="alice-token")
+        (key,) = keys(json.loads(asked.body))
+        assert isinstance(key, str) and key
+        admin = await server.fetch("GET", path + "?connection=true", token="admin-token")
+        assert admin.code == 403, admin.body
+        assert json.loads(admin.body)["error"] == "forbidden"
+        everyone = await server.fetch("GET", "bai/api/v1/sessions?all=true", token="admin-token")
+        assert all(keys(v) == [None] for v in json.loads(everyone.body)["sessions"])
+    finally:
+        end_all(server, "alice-token")  # API sessions outlive the server
+        server.stop()
+
+
+async def test_an_ended_sessions_record_can_be_purged(tmp_path: Path) -> None:
+    """``DELETE …?purge=true``: 409 while the session lives, then its record is gone."""
+    server = start_server(tmp_path / "server")
+    try:
+        made = await server.client().create({"starts_at": 4e9})  # stays pending
+        path = f"bai/api/v1/sessions/{made.id}"
+        live = await server.fetch("DELETE", path + "?purge=true")
+        assert live.code == 409, live.body
+        assert json.loads(live.body)["error"] == "conflict"
+        assert (await server.fetch("DELETE", path)).code == 200  # cancelled
+        purged = await server.fetch("DELETE", path + "?purge=true")
+        assert purged.code == 200, purged.body
+        assert json.loads(purged.body)["status"] == "CANCELLED"
+        gone = await server.fetch("GET", path)
+        assert gone.code == 404, gone.body
+    finally:
+        server.stop()
+
+
+async def test_ended_sessions_past_retention_are_deleted(tmp_path: Path) -> None:
+    """``ended_retention``: the periodic purge deletes ended records, leaves live ones."""
+    config = (
+        "c.BaiSessionManager.ended_retention = 0.5\nc.BaiSessionManager.retention_interval = 1\n"
+    )
+    server = start_server(tmp_path / "server", config)
+    try:
+        client = server.client()
+        ended = await client.create({"starts_at": 4e9})
+        await client.destroy(ended.id)
+        live = await client.create({"starts_at": 4e9})
+        for _ in range(600):  # the loop runs every second; a generous bound
+            if (await server.fetch("GET", f"bai/api/v1/sessions/{ended.id}")).code == 404:
+                break
+            await asyncio.sleep(0.1)
+        assert (await server.fetch("GET", f"bai/api/v1/sessions/{ended.id}")).code == 404
+        assert (await client.get(live.id)).status is Status.PENDING
+    finally:
+        server.stop()
+
+
+@pytest.mark.docker
+async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
+    tmp_path: Path, kernel_image: str
+) -> None:
+    """``jupyter console --kernel <bai spec>`` runs code in main1; ``exit`` → TERMINATED."""
+    import pexpect  # type: ignore[import-untyped]
+
+    from bai_jupyter.kernelspecs import kernelspec_json
+
+    server = start_server(tmp_path / "server", 'c.BaiSessionManager.backend = "docker"\n')
+    data = tmp_path / "client-data"
+    spec_dir = data / "kernels" / "bai-console"
+    spec_dir.mkdir(parents=True)
+    spec = kernelspec_json("bai console", {"resources": {"cpu": "0.5", "mem": "512m"}})
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("BAI_JUPYTER", "JUPYTER"))},
+        "JUPYTER_DATA_DIR": str(data),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "client-config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "client-runtime"),
+        "BAI_JUPYTER_URL": server.url,
+        "BAI_JUPYTER_TOKEN": server.token,
+        "TERM": "xterm",
+    }
+    console = str(Path(sys.executable).with_name("jupyter-console"))
+    try:
+        child = pexpect.spawn(
+            console,
+            ["--kernel", "bai-console", "--simple-prompt"],
+            env=env,
+            encoding="utf-8",
+            timeout=180,
+            dimensions=(40, 200),
+        )
+        child.logfile_read = seen = io.StringIO()  # what the terminal showed, for failures
+        try:
+            child.expect(r"In \[1\]: ")
+            child.sendline("import os; print('host=' + os.environ['BACKENDAI_CLUSTER_HOST'])")
+            child.expect("host=main1")
+            child.expect(r"In \[2\]: ")
+            child.sendline("exit")
+            child.expect(pexpect.EOF)
+        except pexpect.TIMEOUT:
+            pytest.fail(f"terminal:\n{seen.getvalue()}\nserver:\n{server.tail()}")
+        child.close()
+        assert "Traceback" not in seen.getvalue(), seen.getvalue()
+        (session,) = await server.client().list_sessions()
+        ended = await server.client().wait_for(session.id, [Status.TERMINATED], timeout=120)
+        assert (ended.status, ended.status_info) == (Status.TERMINATED, "user-requested"), (
+            ended.status_data
+        )
+    finally:
+        server.stop()

@@ -1,0 +1,758 @@
+"""The JupyterLab extension in a real browser, against a real ``jupyter lab`` whose
+sessions run on the real Docker engine: the sidebar, the new-session dialog, the
+queue, a service-port link, a batch job's log, terminate, the status-bar item of
+a queued notebook, an inference endpoint (its route, scaling it, deleting it), and
+the warm pools under the agents (a notebook claiming a warm session, the refill).
+
+One lab for the module, on one agent of 2 CPUs, so the tests can fill it and see a
+session wait. It keeps a warm pool of one small session (``python``: 0.25 CPU, on
+the kernelspec ``bai-warm``) and has one pool it refuses (``huge``), so every test
+also runs beside a warm session that gives way when a user's session needs its room.
+
+Headless Debian ``chromium`` driven by PyPI ``playwright`` (never
+``playwright install``). Screenshots go to ``BAI_TEST_SHOTS`` (default
+``/tmp/bai-labext-shots``) for a person to look at; the DOM is what is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CHROMIUM, CHROMIUM_ARGS, skip_or_fail
+from harness.endpoints import endpoint_request
+from harness.lab import start_lab
+from harness.notebooks import put_notebook
+from harness.server import TOKEN, Server, end_all
+
+from bai_jupyter.cli.app import main as cli_main
+
+#: Opens a notebook in the lab, as the file browser would.
+OPEN_NOTEBOOK = "p => { window.jupyterapp.commands.execute('docmanager:open', {path: p}); }"
+SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
+#: Long enough for a container to start on a busy 2-core machine.
+WAIT = 120_000
+#: The lab's warm pools: one kept warm, one whose request can never fit (refused).
+POOLS = [
+    {"name": "python", "size": 1, "kernelspec": "bai-warm"},
+    {"name": "huge", "size": 1, "request": {"resources": {"cpu": "64", "mem": "256m"}}},
+]
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
+
+
+def api(server: Server, method: str, path: str, body: Any = None) -> Any:
+    """A call of the REST API as the lab's user (the tests' own moves, not the UI's)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"{server.url}bai/api/v1/{path}",
+        data=data,
+        method=method,
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read() or b"null")
+
+
+def lab_request(server: Server, method: str, path: str) -> Any:
+    """A call of the Jupyter server (JupyterLab's own API) as the lab's user."""
+    request = urllib.request.Request(
+        f"{server.url}{path}", method=method, headers={"Authorization": f"token {TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read() or b"null")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("labext")
+    config = (
+        'c.BaiSessionManager.backend = "docker"\n'
+        'c.BaiSessionManager.agents = [{"id": "docker", "slots": {"cpu": "2", "mem": "4g"}}]\n'
+        f"c.BaiSessionManager.warm_pools = {POOLS!r}\n"
+        "c.LabApp.expose_app_in_browser = True\n"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        # The pool's kernelspec exists before the server reads its pools.
+        patch.setenv("JUPYTER_DATA_DIR", str(root / "data"))
+        warm = ["bai-warm", "--cpu", "0.25", "--mem", "256m"]
+        assert cli_main(["kernelspec", "install", *warm]) == 0
+        server = start_lab(root, patch, "bai-q", "--cpu", "2", "--mem", "512m", extra_config=config)
+        cluster = ["bai-c2", "--cluster-size", "2", "--cpu", "0.5", "--mem", "256m"]
+        assert cli_main(["kernelspec", "install", *cluster]) == 0  # before the page loads
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    print(f"\nscreenshots: {SHOTS}")
+    try:
+        yield server
+    finally:
+        end_all(server)
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def page(lab: Server) -> Iterator[Any]:
+    """One browser page on the lab, with the bai sidebar open."""
+    try:
+        from playwright import sync_api
+    except ImportError:
+        skip_or_fail("no playwright (pip install -e '.[dev]')")
+    if not shutil.which(CHROMIUM):
+        skip_or_fail(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    profile = SHOTS / "profile"
+    shutil.rmtree(profile, ignore_errors=True)
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 900},
+        )
+        try:
+            tab = context.new_page()
+            tab.goto(f"{lab.url}lab?token={TOKEN}")
+            tab.locator('.lm-TabBar-tab[data-id="bai-jupyter-sessions"]').click(timeout=WAIT)
+            tab.locator(".bai-Sidebar-title").wait_for(timeout=WAIT)
+            # The tests count with the warm session there (it started while the page loaded).
+            tab.locator('.bai-Pool[data-pool="python"] .bai-Status[data-state="full"]').wait_for(
+                timeout=WAIT
+            )
+            yield tab
+        finally:
+            context.close()
+
+
+@pytest.fixture(autouse=True)
+def clean(lab: Server, page: Any) -> Iterator[None]:
+    """Each test starts with no live session, no Jupyter kernel and no dialog left open
+    by the one before. Kernels are shut down through Jupyter first: a kernel whose
+    session alone ended would be restarted by Jupyter on a new session."""
+    end_all(lab)
+    yield
+    while page.locator(".jp-Dialog").count():
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(100)
+    for kernel in lab_request(lab, "GET", "api/kernels"):
+        lab_request(lab, "DELETE", f"api/kernels/{kernel['id']}")
+    end_all(lab)
+
+
+def shot(element: Any, name: str) -> None:
+    """A screenshot of a sidebar element, which a redraw may replace meanwhile (an event
+    arrived): the locator finds the new one on the next try."""
+    from playwright.sync_api import Error
+
+    for attempt in range(3):
+        try:
+            element.screenshot(path=str(SHOTS / name))
+            return
+        except Error as exc:
+            if "not attached" not in str(exc) or attempt == 2:
+                raise
+
+
+def card(page: Any, name: str) -> Any:
+    exact = re.compile(f"^{re.escape(name)}$")
+    return page.locator(".bai-Session", has=page.locator(".bai-Session-name", has_text=exact))
+
+
+def wait_status(page: Any, name: str, status: str) -> Any:
+    found = card(page, name).locator(f'.bai-Status[data-status="{status}"]')
+    found.wait_for(timeout=WAIT)
+    return card(page, name)
+
+
+def fill_dialog(page: Any, **fields: str) -> Any:
+    """Open the dialog from the sidebar and type into its fields; the dialog."""
+    page.locator(".bai-Sidebar .bai-Button", has_text="New session").click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator("#bai-field-name").wait_for()
+    for key, value in fields.items():
+        field = dialog.locator(f"#bai-field-{key}")
+        if key in ("type", "template", "cluster_mode"):
+            field.select_option(value)
+        else:
+            field.fill(value)
+    return dialog
+
+
+def create_from_dialog(page: Any, open_notebook: bool = False, **fields: str) -> None:
+    accept_dialog(page, fill_dialog(page, **fields), fields.get("type"), open_notebook)
+
+
+def accept_dialog(
+    page: Any, dialog: Any, type: str | None = None, open_notebook: bool = False
+) -> None:
+    """Create once the server accepts the form; an interactive session's notebook offer answered."""
+    accept = dialog.locator("button.jp-mod-accept")
+    page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
+    accept.click()
+    if type in (None, "interactive"):
+        offer = page.locator(".jp-Dialog", has_text="Open a notebook")
+        offer.wait_for()
+        label = "Open notebook" if open_notebook else "Not now"
+        offer.locator("button", has_text=label).click()
+
+
+def terminate(page: Any, name: str, verb: str = "Terminate") -> None:
+    card(page, name).locator(".bai-Button", has_text=verb).click()
+    confirm = page.locator(".jp-Dialog", has_text=f"{verb} session {name}?")
+    confirm.locator("button.jp-mod-warn").click()
+
+
+def test_the_dialog_checks_as_you_type_and_the_session_runs(lab: Server, page: Any) -> None:
+    dialog = fill_dialog(page, name="first", cpu="-1", mem="256m")
+    message = dialog.locator("#bai-msg-resources")
+    message.filter(has_text="must not be negative").wait_for(timeout=30_000)
+    assert dialog.locator("button.jp-mod-accept").is_disabled()
+    dialog.screenshot(path=str(SHOTS / "dialog-validation.png"))
+    dialog.locator("#bai-field-cpu").fill("0.5")
+    page.wait_for_function(
+        "m => m.textContent === ''", arg=message.element_handle(), timeout=30_000
+    )
+    page.locator(".jp-Dialog button.jp-mod-accept").click()
+    page.locator(".jp-Dialog", has_text="Open a notebook").locator(
+        "button", has_text="Not now"
+    ).click()
+    session = wait_status(page, "first", "RUNNING")
+    detail = session.locator(".bai-Session-detail").inner_text()
+    assert detail == "interactive · main1 · 0.5 CPU · 256 MiB"
+    agents = page.locator(".bai-Agent[data-agent-id='docker']")
+    agents.locator("li", has_text="main1 of first").wait_for(timeout=WAIT)
+    meter = agents.locator('[role="meter"]').first
+    assert meter.get_attribute("aria-valuenow") == "38"  # 0.5 and the warm pool's 0.25 of 2 CPUs
+    # The launcher's card opens the same dialog.
+    card_ = page.locator(".jp-LauncherCard", has_text="New bai Session")
+    card_.click()
+    page.locator(".jp-Dialog", has_text="New bai session").locator("button.jp-mod-reject").click()
+    page.screenshot(path=str(SHOTS / "sidebar-light.png"))
+
+
+def pool_counts(pool: dict[str, Any]) -> str:
+    return (
+        f"Claims {pool['claims']} · hits {pool['hits']} · misses {pool['misses']}"
+        f" · given way {pool['given_way']}"
+    )
+
+
+#: Records each state the pool ``python`` is drawn in (the sidebar redraws its body).
+WATCH_POOL = """() => {
+  window.baiPoolStates = [];
+  const body = document.querySelector('.bai-Sidebar-body');
+  new MutationObserver(() => {
+    const badge = body.querySelector('.bai-Pool[data-pool="python"] .bai-Status');
+    const state = badge ? badge.dataset.state : null;
+    if (state && window.baiPoolStates[window.baiPoolStates.length - 1] !== state) {
+      window.baiPoolStates.push(state);
+    }
+  }).observe(body, {childList: true, subtree: true});
+}"""
+
+
+def test_a_notebook_claims_the_warm_session_and_the_pool_refills(lab: Server, page: Any) -> None:
+    """The Pools block under the agents: the pool warm, its counts as the API gives them;
+    a notebook on the pool's kernelspec claims the warm session (claims and hits + 1),
+    the pool is drawn short then warm again, all from the event stream; the refused
+    pool says why; the block is labelled and keyboard reachable, in both themes."""
+    before = {p["name"]: p for p in api(lab, "GET", "pools")["pools"]}
+    python = page.locator('.bai-Pool[data-pool="python"]')
+    huge = page.locator('.bai-Pool[data-pool="huge"]')
+    assert page.locator("#bai-heading-pools").inner_text() == "Warm pools (2)"
+    assert python.locator(".bai-Status").inner_text() == "1/1 warm"
+    assert python.locator('[data-role="from"]').inner_text() == (
+        "From kernelspec bai-warm: 1 × 0.25 CPU · 256 MiB in default"
+    )
+    assert python.locator('[data-role="size"]').inner_text() == "Size 1 · 1 warm · 0 starting"
+    assert python.locator('[data-role="held"]').inner_text() == (
+        "Holds 0.25 CPU · 256 MiB of at most 0.25 CPU · 256 MiB"  # size 1 × each, no max_slots
+    )
+    counts = python.locator('[data-role="counts"]')
+    assert counts.inner_text() == pool_counts(before["python"])
+    # The refused pool keeps nothing warm and says why (the server's words).
+    assert huge.locator('.bai-Status[data-state="refused"]').inner_text() == "refused"
+    error = huge.locator('[data-role="error"]').inner_text()
+    assert error == before["huge"]["error"], error
+    assert error.startswith("resource group 'default': needs cpu=64"), error
+    # The agent: its warm session by pool, and that session's kernel as the pool's.
+    agent = page.locator(".bai-Agent[data-agent-id='docker']")
+    assert agent.locator('[data-role="warm"]').inner_text() == "warm: 1 · python"
+    warm_kernel = agent.locator("li.bai-mod-warm")
+    assert warm_kernel.all_inner_texts() == ["main1 warm in pool python · 0.25 CPU · 256 MiB"]
+    # Labelled for screen readers, and reached with the keyboard.
+    group = page.get_by_role("group", name="Warm pools (2)")
+    assert group.get_by_role("listitem").count() == 2
+    python.focus()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("() => document.activeElement.dataset.focusKey") == "pool-python"
+    label = python.get_attribute("aria-label") or ""
+    assert label.startswith("warm pool python, kernelspec bai-warm, 1 of 1 warm, 0 starting;")
+    shot(group, "pools-warm.png")
+
+    # A notebook on the pool's kernelspec gets the warm session; the pool refills.
+    page.evaluate(WATCH_POOL)
+    put_notebook(lab, "warm.ipynb", "", kernelspec="bai-warm")
+    page.evaluate(OPEN_NOTEBOOK, "warm.ipynb")
+    try:
+        page.locator(".bai-StatusItem", has_text="bai: RUNNING").wait_for(timeout=WAIT)
+        claimed = {
+            "claims": before["python"]["claims"] + 1,
+            "hits": before["python"]["hits"] + 1,
+            "misses": before["python"]["misses"],
+            "given_way": before["python"]["given_way"],
+        }
+        counts.filter(has_text=pool_counts(claimed)).wait_for(timeout=WAIT)
+        python.locator('.bai-Status[data-state="full"]').wait_for(timeout=WAIT)
+        states = page.evaluate("() => window.baiPoolStates")
+        assert states[-1] == "full" and ("short" in states or "filling" in states), states
+        (mine,) = [
+            s
+            for s in api(lab, "GET", "sessions")["sessions"]
+            if s["status"] == "RUNNING" and s["status_data"].get("warm_pool")
+        ]
+        assert mine["meta"]["notebook_path"].endswith("warm.ipynb")
+        session = page.locator(f'.bai-Session[data-session-id="{mine["id"]}"]')
+        assert session.locator('[data-role="warm"]').inner_text() == (
+            "Started warm: claimed from pool python"
+        )
+        # The claimed kernel is now the user's; a fresh one is the pool's.
+        agent.locator("li", has_text=f"main1 of {mine['id'][:8]}").wait_for(timeout=WAIT)
+        assert warm_kernel.count() == 1
+        assert agent.locator('[data-role="warm"]').inner_text() == "warm: 1 · python"
+        (after,) = [p for p in api(lab, "GET", "pools")["pools"] if p["name"] == "python"]
+        assert counts.inner_text() == pool_counts(after)
+        assert after["sessions"] != before["python"]["sessions"]  # a new warm session
+        page.screenshot(path=str(SHOTS / "pools-claimed.png"))
+        agents_section = page.locator('section[aria-labelledby="bai-heading-agents"]')
+        shot(agents_section, "pools-light.png")
+        page.evaluate(
+            "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+            " {theme: 'JupyterLab Dark'})"
+        )
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+        page.wait_for_timeout(500)  # the theme's stylesheet applies
+        shot(agents_section, "pools-dark.png")
+        page.evaluate(
+            "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+            " {theme: 'JupyterLab Light'})"
+        )
+    finally:
+        close_notebook(lab, page)
+
+
+def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, page: Any) -> None:
+    """Two wait: their places and reasons; cancelling the first (confirmed) moves the
+    second up while it is watched; freeing the room starts it."""
+    create_from_dialog(page, name="big", cpu="1.5", mem="256m")
+    wait_status(page, "big", "RUNNING")
+    create_from_dialog(page, name="waiter", cpu="1", mem="256m")
+    waiting = wait_status(page, "waiter", "PENDING")
+    why = waiting.locator('[data-role="why-pending"]')
+    why.filter(has_text="Queued #1 of 1 — needs cpu=1 but the largest agent has").wait_for(
+        timeout=WAIT
+    )
+    api(lab, "POST", "sessions", {"name": "later", "resources": {"cpu": "1", "mem": "256m"}})
+    later = wait_status(page, "later", "PENDING").locator('[data-role="why-pending"]')
+    later.filter(has_text="Queued #2 of 2").wait_for(timeout=WAIT)
+    why.filter(has_text="Queued #1 of 2").wait_for(timeout=WAIT)
+    queue = page.locator('ol[aria-label="Queue of resource group default"] li')
+    assert [line.split(" · ")[0] for line in queue.all_inner_texts()] == ["#1 waiter", "#2 later"]
+    page.screenshot(path=str(SHOTS / "sidebar-queued.png"))
+    page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "sidebar-queued-panel.png"))
+    # Cancel asks first; the one behind moves up, in the card and in the queue.
+    card(page, "waiter").locator(".bai-Button", has_text="Cancel").click()
+    confirm = page.locator(".jp-Dialog", has_text="Cancel session waiter?")
+    body = confirm.locator(".jp-Dialog-body").inner_text()
+    assert body == "waiter leaves the queue and never starts.", body
+    assert confirm.locator("button").all_inner_texts() == ["Keep waiting", "Cancel"]
+    confirm.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "cancel-confirm.png"))
+    confirm.locator("button.jp-mod-warn").click()
+    wait_status(page, "waiter", "CANCELLED")
+    later.filter(has_text="Queued #1 of 1").wait_for(timeout=WAIT)
+    assert [line.split(" · ")[0] for line in queue.all_inner_texts()] == ["#1 later"]
+    terminate(page, "big")
+    wait_status(page, "big", "TERMINATED")
+    wait_status(page, "later", "RUNNING")
+    assert page.locator('ol[aria-label="Queue of resource group default"]').count() == 0
+
+
+def test_a_service_port_link_opens_the_service(lab: Server, page: Any) -> None:
+    request = {
+        "name": "site",
+        "resources": {"cpu": "0.5", "mem": "256m"},
+        "service_ports": ["web:http:8080"],
+    }
+    session = api(lab, "POST", "sessions", request)
+    site = wait_status(page, "site", "RUNNING")
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-m', 'http.server', '8080'], cwd='/etc')\n"
+        "time.sleep(1)\nprint('started')"
+    )
+    reply = api(lab, "POST", f"sessions/{session['id']}/execute", {"code": code})
+    assert reply["status"] == "finished", reply
+    link = site.locator("a.bai-Link", has_text="web")
+    with page.context.expect_page() as opened:
+        link.click()
+    service = opened.value
+    service.get_by_text("Directory listing for /").wait_for(timeout=30_000)
+    assert "/bai/sessions/" in service.url and "/proxy/web/" in service.url
+    service.screenshot(path=str(SHOTS / "service-page.png"))
+    service.close()
+
+
+def test_a_batch_jobs_log_is_followed_to_its_result(lab: Server, page: Any) -> None:
+    command = "for i in 1 2 3 4; do echo step-$i; sleep 1; done; exit 3"
+    create_from_dialog(
+        page, type="batch", name="job", cpu="0.5", mem="256m", startup_command=command
+    )
+    wait_status(page, "job", "RUNNING")
+    card(page, "job").locator(".bai-Button", has_text="Logs").click()
+    viewer = page.locator(".bai-Logs")
+    viewer.locator(".bai-Logs-text", has_text="step-1").wait_for(timeout=WAIT)
+    status = viewer.locator(".bai-Logs-status")
+    status.filter(has_text="FAILURE (exit code 3)").wait_for(timeout=WAIT)
+    assert "step-4" in viewer.locator(".bai-Logs-text").inner_text()
+    result = card(page, "job").locator('[data-role="result"]')
+    assert result.inner_text() == "FAILURE (exit code 3)"
+    page.screenshot(path=str(SHOTS / "batch-log.png"))
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Logs: job").locator(
+        ".lm-TabBar-tabCloseIcon"
+    ).click()
+
+
+def test_a_system_session_from_the_dialog_shows_its_sftp_login(lab: Server, page: Any) -> None:
+    dialog = fill_dialog(page, type="system", name="files", cpu="0.25", mem="128m", mounts="data")
+    assert dialog.locator("#bai-field-cluster_size").is_hidden()
+    assert dialog.locator("#bai-field-startup_command").is_hidden()
+    accept_dialog(page, dialog, "system")
+    files = wait_status(page, "files", "RUNNING")
+    login = files.locator('[data-role="sftp"] code')
+    login.wait_for(timeout=WAIT)
+    assert re.fullmatch(r"sftp -P \d+ -i KEY_FILE work@127\.0\.0\.1", login.inner_text())
+    shot(files, "system-session.png")
+    terminate(page, "files")
+    files.locator('.bai-Status[data-status="TERMINATED"]').wait_for(timeout=WAIT)
+
+
+def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> None:
+    blocker = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
+    wait_status(page, "hog", "RUNNING")
+    put_notebook(lab, "queued.ipynb", "", kernelspec="bai-q")
+    # As on a busy machine: JupyterLab sets its new session's path a while after the
+    # kernel started, so "RUNNING" shows before it holds the kernel (see close_notebook).
+    page.route("**/api/sessions/*", slow_patch)
+    page.evaluate(OPEN_NOTEBOOK, "queued.ipynb")
+    item = page.locator(".bai-StatusItem")
+    item.filter(has_text="bai: queued #1 — needs cpu=2").wait_for(timeout=WAIT)
+    page.screenshot(path=str(SHOTS / "statusbar-queued.png"))
+    (session,) = [s for s in api(lab, "GET", "sessions")["sessions"] if s["status"] == "PENDING"]
+    assert session["meta"]["notebook_path"].endswith("/queued.ipynb")
+    item.click()  # reveals the session in the sidebar
+    highlighted = page.locator(".bai-Session.bai-mod-highlighted")
+    assert highlighted.get_attribute("data-session-id") == session["id"]
+    api(lab, "DELETE", f"sessions/{blocker['id']}")
+    item.filter(has_text="bai: RUNNING").wait_for(timeout=WAIT)
+    close_notebook(lab, page)
+    page.unroute("**/api/sessions/*", slow_patch)
+
+
+def slow_patch(route: Any) -> None:
+    """Hold JupyterLab's PATCH of a session for a second."""
+    if route.request.method == "PATCH":
+        time.sleep(1)
+    route.continue_()
+
+
+def test_a_cluster_notebook_is_interrupted_from_its_card_by_keyboard(
+    lab: Server, page: Any
+) -> None:
+    """The status bar of a notebook on a cluster kernelspec, queued then running; the card
+    reached and driven with the keyboard by its buttons' accessible names: Interrupt,
+    then Copy id."""
+    hog = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
+    wait_status(page, "hog", "RUNNING")
+    put_notebook(lab, "cluster.ipynb", "import time\ntime.sleep(300)", kernelspec="bai-c2")
+    page.evaluate(OPEN_NOTEBOOK, "cluster.ipynb")
+    try:
+        # Two kernels of 0.5 CPU on one agent with 0.5 free: it waits, and says why.
+        queued = page.locator(".bai-StatusItem", has_text="bai: queued #1 — needs cpu=1")
+        queued.wait_for(timeout=WAIT)
+        page.screenshot(path=str(SHOTS / "cluster-queued.png"))
+        api(lab, "DELETE", f"sessions/{hog['id']}")
+        item = page.locator(".bai-StatusItem", has_text="bai: RUNNING · cluster ×2")
+        item.wait_for(timeout=WAIT)
+        # The notebook's kernel is connected and idle before its cell runs.
+        page.get_by_text(re.compile(r"bai cluster ×2 .*\| Idle")).wait_for(timeout=WAIT)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").wait_for(timeout=WAIT)
+        item.focus()
+        page.keyboard.press("Enter")  # the status item reveals the notebook's session
+        card_ = page.locator(".bai-Session.bai-mod-highlighted")
+        card_.wait_for()
+        shot(card_, "cluster-notebook-card.png")
+        name = card_.locator(".bai-Session-name").inner_text()
+        assert (
+            card_.locator(".bai-Session-detail")
+            .inner_text()
+            .startswith("interactive · main1, sub1")
+        )
+        card_.get_by_role("button", name=f"Interrupt what main1 of {name} runs").focus()
+        page.keyboard.press("Enter")
+        confirm = page.locator(".jp-Dialog", has_text=f"Interrupt {name}?")
+        confirm.locator("button.jp-mod-warn").focus()
+        page.keyboard.press("Enter")
+        page.locator(".jp-OutputArea-output", has_text="KeyboardInterrupt").wait_for(timeout=WAIT)
+        page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+        card_.get_by_role("button", name=f"Copy the id of {name}").focus()
+        page.keyboard.press("Enter")
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        assert copied == card_.get_attribute("data-session-id")
+    finally:
+        close_notebook(lab, page)  # what follows needs no kernel left
+
+
+def test_open_a_notebook_on_a_new_session_and_the_dark_theme(lab: Server, page: Any) -> None:
+    create_from_dialog(page, open_notebook=True, name="nb", cpu="0.5", mem="512m")
+    page.get_by_text("bai session nb | Idle").wait_for(timeout=WAIT)
+    session = wait_status(page, "nb", "RUNNING")
+    session.locator(".bai-Kernel", has_text="Untitled").wait_for(timeout=WAIT)
+    page.locator(".bai-StatusItem", has_text="bai: RUNNING").wait_for()
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+        " {theme: 'JupyterLab Dark'})"
+    )
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    page.wait_for_timeout(500)  # the theme's stylesheet applies
+    page.screenshot(path=str(SHOTS / "sidebar-dark.png"))
+    page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "sidebar-dark-panel.png"))
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+        " {theme: 'JupyterLab Light'})"
+    )
+    close_notebook(lab, page)  # the session stays: the kernel was only attached to it
+    terminate(page, "nb")
+    wait_status(page, "nb", "TERMINATED")
+
+
+def test_the_ended_sessions_settings_take_effect_from_the_settings_editor(
+    lab: Server, page: Any
+) -> None:
+    """``maxEnded`` and ``showEnded``, changed in JupyterLab's Settings Editor (saved by the
+    settings registry), change at once which ended sessions the sidebar keeps."""
+    from playwright.sync_api import expect
+
+    for name in ("gone-1", "gone-2"):
+        made = api(lab, "POST", "sessions", {"name": name, "starts_at": 4e9})
+        api(lab, "DELETE", f"sessions/{made['id']}")
+        wait_status(page, name, "CANCELLED")
+    ended = page.locator(
+        '.bai-SessionList .bai-Status:is([data-status="TERMINATED"], [data-status="CANCELLED"],'
+        ' [data-status="ERROR"])'
+    )
+    shown = ended.count()  # these two, and what the tests before ended (10 at most)
+    assert 2 <= shown <= 10, shown
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('settingeditor:open', {query: 'bai sessions'})"
+    )
+    prefix = "jp-SettingsEditor-bai-jupyter:plugin_"
+    most, show = page.locator(f'[id="{prefix}maxEnded"]'), page.locator(f'[id="{prefix}showEnded"]')
+    try:
+        most.fill("1")
+        expect(ended).to_have_count(1, timeout=30_000)
+        assert card(page, "gone-2").count() == 1  # the most recent one stays
+        saved = lab_request(lab, "GET", "lab/api/settings/bai-jupyter:plugin")["settings"]
+        assert saved.get("maxEnded") == 1, saved  # the registry saved it for the user
+        show.uncheck()
+        expect(ended).to_have_count(0, timeout=30_000)
+        empty = page.locator(".bai-Sidebar .bai-Empty").first
+        assert empty.inner_text() == (
+            "No live sessions; ended ones are hidden (Settings → bai sessions)."
+        )
+        page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "settings-no-ended.png"))
+    finally:
+        show.check()
+        most.fill("10")
+        expect(ended).to_have_count(shown)
+        page.evaluate("() => window.jupyterapp.commands.execute('application:close')")
+
+
+#: True once the current notebook's session context holds its kernel, connected.
+NOTEBOOK_HAS_KERNEL = """() => {
+    const kernel = window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel;
+    return kernel?.connectionStatus === 'connected';
+}"""
+
+
+def close_notebook(lab: Server, page: Any) -> None:
+    """Close the current notebook and shut its kernel down, as a user would.
+
+    Only once JupyterLab holds the notebook's kernel: the bai status item says RUNNING
+    as soon as the session runs, a moment before JupyterLab has set its new session's
+    path, and a notebook closed in that moment leaves its kernel behind (JupyterLab's
+    ``SessionContext`` drops a session it gets after it was disposed)."""
+    page.wait_for_function(NOTEBOOK_HAS_KERNEL, timeout=WAIT)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:close-and-shutdown'); }")
+    page.locator(".jp-Dialog button.jp-mod-accept").click()
+    for _ in range(100):
+        if not lab_request(lab, "GET", "api/kernels"):
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError("the notebook's kernel was not shut down")
+
+
+@pytest.fixture
+def no_endpoint_left(lab: Server) -> Iterator[None]:
+    """Delete what a test left, then wait until its replicas have ended: a kept
+    endpoint would start them again after ``clean`` ends them, and the next tests
+    need the agent to themselves."""
+    yield
+    for endpoint in api(lab, "GET", "endpoints")["endpoints"]:
+        api(lab, "DELETE", f"endpoints/{endpoint['name']}")
+    deadline = time.monotonic() + 60
+    while any(
+        s["meta"].get("endpoint") and s["status"] != "TERMINATED"
+        for s in api(lab, "GET", "sessions")["sessions"]
+    ):
+        assert time.monotonic() < deadline, "the endpoint's replicas did not end"
+        time.sleep(0.2)
+
+
+def test_an_endpoint_in_the_sidebar_is_scaled_and_deleted(
+    lab: Server, page: Any, kernel_image: str, no_endpoint_left: None
+) -> None:
+    heading = page.locator("#bai-heading-endpoints")
+    assert heading.count() == 0  # no endpoint, no section
+    scaling = {"min_replicas": 1, "max_replicas": 2, "metric": "inflight", "target": 4,
+               "window": 5}  # fmt: skip
+    api(lab, "POST", "endpoints", endpoint_request("echo", kernel_image, scaling=scaling))
+    echo = page.locator('.bai-Endpoint[data-endpoint="echo"]')
+    # No event says when a replica passes its health check: the section follows it.
+    echo.locator('.bai-Status[data-state="ready"]').wait_for(timeout=WAIT)
+    assert heading.inner_text().lower() == "endpoints (1)"
+    assert echo.locator('[data-role="replicas"]').inner_text() == (
+        "Replicas: 1 ready of 1 wanted (min 1, max 2)"
+    )
+    assert echo.locator('[data-role="load"]').inner_text() == "Load: 0 in flight · 0 req/s"
+    (replica,) = api(lab, "GET", "endpoints/echo")["replicas"]
+    line = echo.locator(f'.bai-Replicas li[data-session-id="{replica["session_id"]}"]')
+    assert line.inner_text() == f"{replica['session_id'][:8]} · RUNNING · healthy · gen 1"
+    decision = echo.locator(".bai-Decisions li").first
+    assert re.fullmatch(r"\d+ s ago · 0 → 1: created: min_replicas 1", decision.inner_text())
+    # Its replica is one of "My sessions", and says so.
+    replica_card = page.locator(f'.bai-Session[data-session-id="{replica["session_id"]}"]')
+    assert (
+        replica_card.locator(".bai-Session-detail")
+        .inner_text()
+        .startswith("inference of endpoint echo (gen 1) · main1")
+    )
+    # The route opens in a new tab, through the lab's own login, under the lab's URL.
+    assert echo.locator('[data-role="route"]').inner_text() == "Route: /bai/endpoints/echo/ ↗"
+    route = echo.locator('[data-role="route"] a.bai-Link')
+    assert route.get_attribute("href") == f"{lab.url}bai/endpoints/echo/"
+    with page.context.expect_page() as opened:
+        route.click()
+    tab = opened.value
+    tab.wait_for_load_state()
+    assert tab.url == f"{lab.url}bai/endpoints/echo/"
+    assert '"not found"' in tab.inner_text("body")  # the model server's own 404
+    tab.goto(f"{lab.url}bai/endpoints/echo/predict")
+    assert json.loads(tab.inner_text("body"))["replica"] == replica["session_id"]
+    tab.close()
+    shown = page.locator('section[aria-labelledby="bai-heading-endpoints"]')
+
+    # Scale…: what cannot be meant is said at once, the server's refusal after Scale.
+    echo.locator(".bai-Button", has_text="Scale…").click()
+    dialog = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
+    accept = dialog.locator("button.jp-mod-accept")
+    assert dialog.locator('[data-role="now"]').inner_text() == (
+        "Now: 1 ready of 1 wanted (min 1, max 2)"
+    )
+    assert dialog.locator("#bai-field-min_replicas").input_value() == "1"
+    assert dialog.locator("#bai-field-max_replicas").input_value() == "2"
+    dialog.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-scale-dialog.png"))
+    dialog.locator("#bai-field-min_replicas").fill("3")
+    assert dialog.locator("#bai-msg-max_replicas").inner_text() == (
+        "must be at least the minimum (3), got 2"
+    )
+    assert accept.is_disabled()
+    dialog.locator("#bai-field-max_replicas").fill("40")
+    assert accept.is_enabled()
+    accept.click()
+    refused = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
+    refused.locator("#bai-msg-max_replicas").filter(has_text="got 40").wait_for()
+    assert refused.locator("#bai-msg-max_replicas").inner_text() == (
+        "must be an integer from 1 to 32, got 40"
+    )
+    assert refused.locator("#bai-field-min_replicas").input_value() == "3"
+    assert refused.locator("button.jp-mod-accept").is_disabled()
+    refused.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-scale-refused.png"))
+    refused.locator("#bai-field-min_replicas").fill("2")
+    refused.locator("#bai-field-max_replicas").fill("3")
+    refused.locator("button.jp-mod-accept").click()
+    echo.locator('[data-role="replicas"]', has_text="2 ready of 2 wanted (min 2, max 3)").wait_for(
+        timeout=WAIT
+    )
+    assert echo.locator(".bai-Replicas li").count() == 2
+    scaled = api(lab, "GET", "endpoints/echo")
+    assert scaled["spec"]["scaling"]["min_replicas"] == 2
+    assert scaled["spec"]["scaling"]["max_replicas"] == 3
+    assert scaled["ready_replicas"] == 2
+    assert len(scaled["replicas"]) == 2
+    newest = echo.locator(".bai-Decisions li").first.inner_text()
+    assert re.fullmatch(r"\d+ s ago · 1 → 2: scaling is now 2 to 3 replicas", newest), newest
+    page.screenshot(path=str(SHOTS / "endpoint-light.png"))
+    shot(shown, "endpoint-light-section.png")
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+        " {theme: 'JupyterLab Dark'})"
+    )
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    page.wait_for_timeout(500)  # the theme's stylesheet applies
+    shot(shown, "endpoint-dark-section.png")
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('apputils:change-theme',"
+        " {theme: 'JupyterLab Light'})"
+    )
+
+    # Delete asks first; then the section goes with the endpoint.
+    echo.locator(".bai-Button", has_text="Delete").click()
+    confirm = page.locator(".jp-Dialog", has_text="Delete endpoint echo?")
+    assert confirm.locator(".jp-Dialog-body").inner_text() == (
+        "Its route /bai/endpoints/echo/ stops answering and its 2 replicas end."
+    )
+    confirm.locator(".jp-Dialog-content").screenshot(path=str(SHOTS / "endpoint-delete.png"))
+    confirm.locator("button.jp-mod-warn").click()
+    heading.wait_for(state="detached", timeout=30_000)
+    assert api(lab, "GET", "endpoints")["endpoints"] == []
+
+
+def test_an_endpoint_gone_meanwhile_is_not_scaled_and_says_so(
+    lab: Server, page: Any, kernel_image: str, no_endpoint_left: None
+) -> None:
+    scaling = {"min_replicas": 1, "max_replicas": 1, "window": 5}
+    api(lab, "POST", "endpoints", endpoint_request("echo", kernel_image, scaling=scaling))
+    echo = page.locator('.bai-Endpoint[data-endpoint="echo"]')
+    echo.locator('[data-role="replicas"]', has_text="(fixed at 1)").wait_for(timeout=WAIT)
+    echo.locator(".bai-Button", has_text="Scale…").click()
+    dialog = page.locator(".jp-Dialog", has_text="Scale endpoint echo")
+    dialog.locator("#bai-field-max_replicas").fill("2")
+    api(lab, "DELETE", "endpoints/echo")  # someone else, meanwhile
+    dialog.locator("button.jp-mod-accept").click()
+    failed = page.locator(".jp-Dialog", has_text="Endpoint echo was not scaled")
+    failed.wait_for()
+    body = failed.locator(".jp-Dialog-body").inner_text()
+    assert re.fullmatch(r"no endpoint 'echo' of \S+ \(404 not-found\)", body), body
+    # The sidebar no longer shows what is gone, the message still there to read.
+    page.locator("#bai-heading-endpoints").wait_for(state="detached", timeout=30_000)
+    page.screenshot(path=str(SHOTS / "endpoint-scale-failed.png"))
+    failed.locator("button.jp-mod-accept").click()
+    failed.wait_for(state="detached")

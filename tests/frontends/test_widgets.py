@@ -1,0 +1,281 @@
+"""The session views: the model from recorded and from real events, the widgets on top."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from harness.server import Server, serving
+from test_magics import SMALL_SLOTS
+
+from bai_jupyter.client import RemoteManager
+from bai_jupyter.loop_thread import LoopThread
+from bai_jupyter.model import Status, pending_reason
+from bai_jupyter.request import Template
+from bai_jupyter.sessions_model import (
+    LiveSessions,
+    SessionsModel,
+    build_request,
+    check_request,
+    kernels_summary,
+    queue_positions,
+    why_pending,
+)
+from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionsView, live_view
+
+
+def session_json(sid: str, status: str = "PENDING", **extra: Any) -> dict[str, Any]:
+    """A session as ``GET sessions/{id}`` gives it (the fields the views read)."""
+    scheduler = (extra.get("status_data") or {}).get("scheduler")
+    return {
+        "id": sid,
+        "name": None,
+        "status": status,
+        "status_info": None,
+        "status_data": {},
+        "pending_reason": pending_reason(scheduler),
+        "spec": {"type": "interactive", "resources": {"cpu": "1", "mem": "1073741824"}},
+        "kernels": [
+            {"hostname": "main1", "status": status},
+            {"hostname": "sub1", "status": status},
+        ],
+        "result": "UNDEFINED",
+        "exit_code": None,
+        "created_at": float(len(sid)),
+        "services": [],
+        **extra,
+    }
+
+
+QUEUE = {
+    "default": {"queue": [{"position": 1, "session_id": "bb"}, {"position": 2, "mine": False}]},
+    "gpu": {"queue": [{"position": 1, "session_id": "ccc"}]},
+}
+WHY = {"scheduler": {"msg": "needs cpu=8 but the largest agent has 4 free", "retries": 3}}
+
+
+# --- the model, from recorded replies and events ------------------------------------------------
+
+
+def test_model_follows_recorded_events() -> None:
+    model = SessionsModel()
+    changes: list[int] = []
+    model.on_change(lambda: changes.append(1))
+    model.load(
+        [
+            session_json("a", "RUNNING"),
+            session_json("bb", status_data=WHY),
+            session_json("ccc"),
+        ],
+        QUEUE,
+    )
+    rows = model.rows
+    assert (rows["bb"].queue_position, rows["ccc"].queue_position) == (1, 1)
+    assert rows["bb"].why_pending == "needs cpu=8 but the largest agent has 4 free"
+    assert rows["a"].queue_position is None and rows["a"].resources == "cpu=1 mem=1g"
+
+    kernels = {"main1": "PREPARING", "sub1": "SCHEDULED"}
+    event = {"type": "session", "session_id": "bb", "status": "SCHEDULED", "kernels": kernels}
+    assert model.apply_event(event)
+    assert (rows["bb"].status, rows["bb"].phase, rows["bb"].queue_position) == (
+        "SCHEDULED",
+        "starting",
+        None,
+    )
+    assert rows["bb"].why_pending is None
+    assert kernels_summary(rows["bb"].kernels) == "main1:PREPARING sub1:SCHEDULED"
+    assert not model.apply_event({**event, "session_id": "unknown"})
+
+    model.update(session_json("a", "TERMINATED", status_info="user-requested"))
+    assert rows["a"].ended and rows["a"].outcome == "TERMINATED (user-requested)"
+    assert [r.id for r in model.visible()] == ["bb", "ccc"]
+    assert [r.id for r in model.visible(all_states=True)] == ["a", "bb", "ccc"]
+    model.update(session_json("dddd", "TERMINATED", result="SUCCESS", exit_code=0))
+    assert model.rows["dddd"].outcome == "SUCCESS (exit code 0)"
+    model.set_queue({})
+    assert model.rows["ccc"].queue_position is None
+    assert len(changes) == 5  # load, event, two updates, queue
+
+
+def test_why_pending_and_queue_positions() -> None:
+    record = {
+        "scheduler": {
+            "failed_predicates": [{"name": "dependencies", "msg": "waiting for x to succeed"}],
+            "msg": "waiting for x to succeed",
+        }
+    }
+    assert why_pending(session_json("a", status_data=record)) == "waiting for x to succeed"
+    assert why_pending(session_json("a")) is None
+    assert why_pending(session_json("a", "RUNNING", status_data=record)) is None
+    # The views show the server's sentence; they do not read the record themselves.
+    assert why_pending(session_json("a", pending_reason="as the server says")) == (
+        "as the server says"
+    )
+    assert queue_positions(QUEUE) == {"bb": 1, "ccc": 1}
+    assert kernels_summary({"main1": "RUNNING", "sub1": "RUNNING"}) == "main1,sub1 RUNNING"
+
+
+def test_requests_are_checked_by_the_servers_rules() -> None:
+    request = build_request(cluster_size=2, cpu=" 2 ", mem="", image="", name="job")
+    assert request == {
+        "type": "interactive",
+        "cluster_size": 2,
+        "cluster_mode": "single-node",
+        "name": "job",
+        "resources": {"cpu": "2"},
+    }
+    assert check_request(request) is None
+    assert check_request({**request, "cluster_size": 0}) == (
+        "cluster_size: must be an integer from 1 to 64, got 0"
+    )
+    batch = build_request(type="batch")
+    assert check_request(batch) == (
+        "startup_command: required when type is batch: give the command to run in main1"
+    )
+    template = Template("train", {"startup_command": "python train.py"})
+    assert check_request(batch, template) is None
+    assert check_request(build_request(mem="2x"), None) is not None
+
+
+def test_launcher_validates_as_you_type() -> None:
+    templates = [Template("big", {"type": "batch", "cluster_size": 4, "resources": {"cpu": "8"}})]
+    launcher = Launcher(RemoteManager("http://127.0.0.1:9/"), LoopThread(), templates)
+    assert not launcher.create.disabled and launcher.message.value == ""
+    launcher.cluster_size.value = 0
+    assert launcher.create.disabled
+    assert "cluster_size: must be an integer from 1 to 64, got 0" in launcher.message.value
+    launcher.cluster_size.value = 3
+    launcher.mem.value = "-1g"
+    assert "resources.mem: amount must not be negative" in launcher.message.value
+    launcher.mem.value = "1g"
+    assert not launcher.create.disabled
+    launcher.template.value = "big"  # fills the form from the template
+    assert (launcher.type.value, launcher.cluster_size.value, launcher.cpu.value) == (
+        "batch",
+        4,
+        "8",
+    )
+    assert "startup_command: required" in launcher.message.value
+    launcher.startup_command.value = "python train.py"
+    assert not launcher.create.disabled
+
+
+# --- live, against a real server ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(kernel_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tmp_path_factory.mktemp("bai-widgets")) as running:
+        yield running
+
+
+def wait_until(model: SessionsModel, holds: Callable[[], bool], what: str) -> None:
+    """Block until the model's state satisfies ``holds`` (checked on every change)."""
+    reached = threading.Event()
+
+    def check() -> None:
+        if holds():
+            reached.set()
+
+    model.on_change(check)
+    check()
+    assert reached.wait(120), f"never saw: {what}"
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_live_view_follows_a_session_from_creation_to_termination(server: Server) -> None:
+    remote = server.client()
+    runner = LoopThread()
+    spec = {"resources": SMALL_SLOTS, "service_ports": ["web:http:8080"]}
+    runner.run(remote.put_template("web", spec))
+    view = SessionsView(remote, runner)
+    try:
+        loaded = threading.Event()
+        view.model.on_change(loaded.set)
+        assert loaded.wait(60), "the first listing never came"
+        launcher = Launcher(remote, runner, runner.run(remote.list_templates()))
+        launcher.template.value = "web"
+        launcher.name.value = "widget-live"
+        created = launcher.submit()
+        assert created is not None
+        session = created.result(60)
+        assert f"session {session.id} created" in launcher.message.value
+
+        def row_status(status: str) -> Callable[[], bool]:
+            def holds() -> bool:
+                row = view.model.rows.get(session.id)
+                return row is not None and row.status == status
+
+            return holds
+
+        wait_until(view.model, row_status("RUNNING"), "RUNNING")
+        row = view.model.rows[session.id]
+        assert row.kernels == {"main1": "RUNNING"} and row.name == "widget-live"
+        card = view.cards[session.id]
+        link = f'<a href="/bai/sessions/{session.id}/proxy/web/"'
+        assert link in card.info.value and "RUNNING" in card.info.value
+        assert "widget-live" in view.table.value
+
+        ended = card.end().result(60)
+        assert ended.status is Status.TERMINATED
+        wait_until(view.model, row_status("TERMINATED"), "TERMINATED")
+        assert view.model.rows[session.id].outcome == "TERMINATED (user-requested)"
+        wait_until(view.model, lambda: session.id not in view.cards, "the card removed")
+        assert "no sessions" in view.table.value
+    finally:
+        view.close()
+
+
+def test_older_live_views_stop_updating(server: Server) -> None:
+    """Each view holds an event stream; a cleared output does not close it, so the
+    oldest beyond MAX_LIVE_VIEWS stop and say so."""
+    runner = LoopThread()
+    views = [live_view(SessionsView(server.client(), runner)) for _ in range(MAX_LIVE_VIEWS + 1)]
+    try:
+        assert not views[0].updating
+        assert "a newer view took over" in views[0].status.value
+        assert all(view.updating for view in views[1:])
+    finally:
+        for view in views:
+            view.close()
+    assert not any(view.updating for view in views)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_live_model_shows_the_queue_position_and_why(server: Server) -> None:
+    """Driven on the test's own event loop: a dependant waits, then is cancelled."""
+
+    async def scenario() -> None:
+        remote = server.client()
+        model = SessionsModel()
+        feed = asyncio.ensure_future(LiveSessions(remote, model).run())
+        changed = asyncio.Event()
+        model.on_change(changed.set)
+        try:
+            await changed.wait()  # the first listing
+            first = await remote.create({"resources": SMALL_SLOTS})
+            second = await remote.create({"resources": SMALL_SLOTS, "depends_on": [first.id]})
+
+            async def until(holds: Callable[[], bool]) -> None:
+                while not holds():
+                    changed.clear()
+                    await asyncio.wait_for(changed.wait(), 120)
+
+            await until(lambda: first.id in model.rows and model.rows[first.id].status == "RUNNING")
+            await until(lambda: model.rows.get(second.id) is not None)
+            waiting = model.rows[second.id]
+            await until(lambda: waiting.queue_position == 1 and waiting.why_pending is not None)
+            assert f"waiting for {first.id}" in (waiting.why_pending or "")
+            await remote.destroy(first.id)
+            await until(lambda: model.rows[second.id].status == "CANCELLED")
+            assert model.rows[second.id].outcome == "CANCELLED (dependency-failed)"
+        finally:
+            feed.cancel()
+            await asyncio.gather(feed, return_exceptions=True)
+
+    asyncio.run(scenario())

@@ -1,0 +1,212 @@
+"""Idle rules on real sessions (Docker containers and local processes), with short timeouts.
+
+One manager, four owners, each under another rule: the resource group's
+``idle_timeout``, a user's policy that lifts it and sets a utilization rule
+instead, and a Hub group's policy with a lifetime. Code runs in the sessions'
+own Jupyter kernels through a real kernel client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_manager, started_manager
+from jupyter_client.asynchronous.client import AsyncKernelClient
+
+from bai_jupyter.idleness import idle_view
+from bai_jupyter.manager import BaiSessionManager
+from bai_jupyter.manager.watchdogs.utilization import CpuWindows
+from bai_jupyter.model import ACTIVE, Session, SessionResult, Status
+
+pytestmark = pytest.mark.timeout(180)
+
+SMALL = {"cpu": "0.25", "mem": "192m"}
+IDLE_TIMEOUT = 3.0
+LIFETIME = 4.0
+#: alice: no idle timeout, but CPU below 30 % of her slots over 4 s ends a session.
+POLICIES = {
+    "users": {"alice": {"idle_timeout": 0, "utilization": {"cpu_percent": 30, "window": 4}}},
+    "groups": {"batchers": {"session_lifetime": LIFETIME}},
+}
+
+
+@pytest.fixture
+async def manager(tmp_path: Path, backend: str) -> AsyncIterator[BaiSessionManager]:
+    """Conftest's ``manager`` plus this module's idle rules, checked five times a second."""
+    mgr = make_manager(
+        tmp_path,
+        backend,
+        watchdog_interval=0.2,
+        resource_groups={"default": {"idle": {"idle_timeout": IDLE_TIMEOUT}}},
+        policies=POLICIES,
+    )
+    async with started_manager(mgr):
+        yield mgr
+
+
+async def _running(mgr: BaiSessionManager, session: Session) -> Session:
+    ready = await mgr.wait_for(session.id, {Status.RUNNING}, timeout=90)
+    assert ready.status is Status.RUNNING, (ready.status, ready.status_data)
+    return ready
+
+
+async def _kernel(mgr: BaiSessionManager, session_id: str) -> AsyncKernelClient:
+    """A Jupyter kernel client of main1's ipykernel (as a notebook's would be)."""
+    client = AsyncKernelClient()
+    client.load_connection_info((await mgr.get(session_id)).kernels[0].info["connection"])
+    client.start_channels(hb=False)  # the heartbeat misses while ipykernel still boots
+    try:
+        await client.wait_for_ready(timeout=60)
+    except RuntimeError as exc:  # it waits as long for a kernel that is gone: say which
+        client.stop_channels()
+        ended = await mgr.get(session_id)
+        raise AssertionError(f"{exc}; the session is {ended.status} {ended.status_info}") from exc
+    return client
+
+
+async def _rules(mgr: BaiSessionManager, session_id: str) -> dict[str, Any]:
+    """The idle rules the API shows, once the manager has looked at the session."""
+    for _ in range(100):
+        shown = idle_view((await mgr.get(session_id)).status_data, 0)
+        if shown:
+            return shown
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no idle rules recorded for {session_id}")
+
+
+async def _ended(mgr: BaiSessionManager, session_id: str) -> Session:
+    return await mgr.wait_for(session_id, {Status.TERMINATED}, timeout=60)
+
+
+#: alice's busy cell: a quarter of a core for good, in CPU time (a loaded host stretches it
+#: but never brings it near her bar of 30 % of a 0.25-cpu slot). Never a whole core: on a
+#: small host a spinning local kernel starves the other sessions' start-up.
+SPIN = (
+    "import time\n"
+    "while True:\n"
+    "    t = time.process_time()\n"
+    "    while time.process_time() - t < 0.05: pass\n"
+    "    time.sleep(0.15)\n"
+)
+
+
+@pytest.mark.slow
+async def test_idle_rules_end_sessions_with_their_reason(manager: BaiSessionManager) -> None:
+    req: dict[str, Any] = {"resources": SMALL}
+    clients: list[AsyncKernelClient] = []
+
+    async def used_at_once(session: Session, code: str) -> tuple[AsyncKernelClient, str]:
+        """Run ``code`` in main1's kernel as soon as the session runs: its idle clock starts
+        at RUNNING, and the other sessions may start seconds later on a loaded host."""
+        await _running(manager, session)
+        client = await _kernel(manager, session.id)
+        clients.append(client)
+        return client, str(client.execute(code))
+
+    # alice's first kernel computes for good, from as soon as it can: a busy kernel is in
+    # use, and its CPU is far above her bar. bob's cell runs longer than his idle timeout.
+    spinning, idle, busy_then_idle, job = await asyncio.gather(
+        manager.create(req, "alice"),
+        manager.create(req, "alice"),
+        manager.create(req, "bob"),
+        manager.create(
+            {**req, "type": "batch", "startup_command": "sleep 60"}, "carol", groups=["batchers"]
+        ),
+    )
+    try:
+        _, (bob, cell), *_ = await asyncio.gather(
+            used_at_once(spinning, SPIN),
+            used_at_once(busy_then_idle, f"import time; time.sleep({IDLE_TIMEOUT + 1.5})"),
+            _running(manager, idle),
+            _running(manager, job),
+        )
+
+        # What applies to whom, and where it came from.
+        rules = await _rules(manager, busy_then_idle.id)
+        assert rules["idle_timeout"]["source"] == "resource_groups.default.idle"
+        assert rules["idle_timeout"]["timeout"] == IDLE_TIMEOUT
+        rules = await _rules(manager, job.id)  # a batch job is never idle, but does not last
+        assert set(rules) - {"last_activity", "activity"} == {"session_lifetime"}
+        assert rules["session_lifetime"]["source"] == "policies.groups.batchers"
+        rules = await _rules(manager, spinning.id)
+        assert set(rules) - {"last_activity", "activity"} == {"utilization"}
+        assert rules["utilization"]["source"] == "policies.users.alice"
+
+        # Each session is looked at as its own clock says (not one after the other).
+        while (await bob.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
+            pass  # replies to the readiness checks
+        assert (await manager.get(busy_then_idle.id)).status is Status.RUNNING
+        ended = await _ended(manager, busy_then_idle.id)
+        assert ended.status_info == "idle-timeout"
+
+        ended = await _ended(manager, idle.id)
+        assert ended.status_info == "utilization-idle"
+        assert (await manager.get(spinning.id)).status is Status.RUNNING
+        assert (await _rules(manager, spinning.id))["utilization"]["cpu_used"] > 30
+
+        done = await _ended(manager, job.id)
+        assert done.status_info == "session-lifetime"
+        assert done.result is SessionResult.UNDEFINED
+        assert idle_view(done.status_data, 0, running=False) == {}
+    finally:
+        if (await manager.get(spinning.id)).status is Status.RUNNING:
+            await manager.signal(spinning.id, signal.SIGINT)  # ends the loop: a quick teardown
+        for client in clients:
+            client.stop_channels()
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_check_that_read_the_list_before_a_session_ran_keeps_its_kernel_followed(
+    manager: BaiSessionManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle check reads the running sessions, then looks at them. A session that turns
+    RUNNING in between has its kernel followed already; the check must not drop that, or
+    the cell its user runs at once goes unseen and the session ends as idle under it.
+
+    Here every check's read is made slow, and the first one read before the session ran
+    returns once it runs, so the two always cross (on a loaded host they cross by chance).
+    """
+    listed = manager.core.list_sessions
+    #: The session, until a check has read the list before it ran.
+    before: list[str] = []
+
+    async def late(owner: str | None = None, statuses: Any = None) -> list[Session]:
+        found = await listed(owner, statuses)
+        if statuses is ACTIVE and before and not found:
+            # Read before the session runs: it turns RUNNING before this check goes on.
+            await manager.wait_for(before.pop(), {Status.RUNNING}, timeout=90)
+        elif statuses is ACTIVE and found:
+            await asyncio.sleep(IDLE_TIMEOUT + 0.5)  # a slow check: the next after the timeout
+        return found
+
+    monkeypatch.setattr(manager.core, "list_sessions", late)
+    session = await manager.create({"resources": SMALL}, "bob")
+    before.append(session.id)
+    await _running(manager, session)
+    client = await _kernel(manager, session.id)
+    try:
+        cell = client.execute(f"import time; time.sleep({IDLE_TIMEOUT + 1.5})")
+        while (await client.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
+            pass  # replies to the readiness checks
+        ran = await manager.get(session.id)
+        assert ran.status is Status.RUNNING, (ran.status, ran.status_info)
+    finally:
+        client.stop_channels()
+
+
+def test_utilization_says_when_a_quiet_session_would_end() -> None:
+    """The deadline shown is the moment the rule fires if the session uses nothing more."""
+    windows = CpuWindows()
+    for second in range(5):  # an idle session: no CPU at all
+        windows.add("s", 100.0 + second, 7.0, keep=10)
+    assert windows.verdict("s", cores=1, percent=5, window=3).deadline == pytest.approx(104.0)
+    busy = CpuWindows()
+    for second in range(5):  # one full core
+        busy.add("s", 100.0 + second, float(second), keep=10)
+    # Quiet from now on, it falls below 50 % of the window 1.5 s after the last sample.
+    assert busy.verdict("s", cores=1, percent=50, window=3).deadline == pytest.approx(105.5)
