@@ -21,11 +21,8 @@ class EndpointCommand(RemoteCommand):
     aliases = _ALIASES
     flags = _JSON_FLAGS
 
-    def show(self, view: dict[str, Any]) -> None:
-        if self.as_json:
-            self.print_json(view)
-        else:
-            print(endpoint_text(view, urljoin(self.client().url, view["url"])))
+    def text(self, view: dict[str, Any]) -> str:
+        return endpoint_text(view, urljoin(self.client().url, view["url"]))
 
 
 class EndpointCreateApp(EndpointCommand):

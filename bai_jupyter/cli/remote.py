@@ -76,3 +76,14 @@ class RemoteCommand(BaiCommand):
 
     def print_json(self, value: Any) -> None:
         print(json.dumps(value, indent=2))
+
+    def show(self, view: Any) -> None:
+        """Print what the API answered: its JSON with ``--json``, else :meth:`text` of it."""
+        if self.as_json:
+            self.print_json(view)
+        else:
+            print(self.text(view))
+
+    def text(self, view: Any) -> str:
+        """What a person reads of an answer (a subclass's; :meth:`show` prints it)."""
+        raise NotImplementedError

@@ -33,11 +33,8 @@ class SessionCommand(RemoteCommand):
     aliases = _ALIASES
     flags = _JSON_FLAGS
 
-    def show(self, view: dict[str, Any]) -> None:
-        if self.as_json:
-            self.print_json(view)
-        else:
-            print(cluster_text(self.client(), view))
+    def text(self, view: dict[str, Any]) -> str:
+        return cluster_text(self.client(), view)
 
 
 class SessionCreateApp(SessionCommand):

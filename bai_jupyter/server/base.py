@@ -167,8 +167,9 @@ class BaiHandler(RedactedLog, ExtensionHandlerMixin, APIHandler):
                 "(BaiJupyterApp.max_body_size)"
             )
 
-    def json_body(self) -> dict[str, Any]:
-        """The request body as a JSON object (an empty body is ``{}``); 400 otherwise."""
+    def json_body(self, known: Sequence[str] | None = None) -> dict[str, Any]:
+        """The request body as a JSON object (an empty body is ``{}``); 400 otherwise, and
+        where it has a field not in ``known`` (when given; the first such field is named)."""
         if not self.request.body:
             return {}
         depth = self.app.max_json_depth
@@ -183,6 +184,12 @@ class BaiHandler(RedactedLog, ExtensionHandlerMixin, APIHandler):
             raise InvalidRequest(f"the body must be a JSON object, got {type(data).__name__}")
         if json_depth(data) > depth:
             raise InvalidRequest(too_deep)
+        unknown = [] if known is None else [key for key in data if key not in known]
+        if unknown:
+            raise InvalidRequest(
+                f"{unknown[0]}: unknown field; known fields: {', '.join(known or ())}",
+                field=unknown[0],
+            )
         return data
 
     def write_json(self, data: Any, status: int = 200) -> None:

@@ -22,13 +22,7 @@ class ExecuteHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def post(self, key: str) -> None:
-        body = self.json_body()
-        unknown = [k for k in body if k not in _BODY_KEYS]
-        if unknown:
-            raise InvalidRequest(
-                f"{unknown[0]}: unknown field; known fields: {', '.join(_BODY_KEYS)}",
-                field=unknown[0],
-            )
+        body = self.json_body(known=_BODY_KEYS)
         mode = body.get("mode", "query")
         if mode not in MODES:
             raise InvalidRequest(

@@ -26,13 +26,7 @@ class _TemplateBase(BaiHandler):
 
     def _parse(self, name: str | None) -> tuple[Any, Any, Any, bool]:
         """A posted template as (name, spec, description, shared), as the caller wrote them."""
-        body = self.json_body()
-        unknown = [key for key in body if key not in _BODY_KEYS]
-        if unknown:
-            raise InvalidRequest(
-                f"{unknown[0]}: unknown field; known fields: {', '.join(_BODY_KEYS)}",
-                field=unknown[0],
-            )
+        body = self.json_body(known=_BODY_KEYS)
         if name is not None:
             if body.get("name") not in (None, name):
                 raise InvalidRequest(

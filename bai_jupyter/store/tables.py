@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 #: Bump with every change of the tables below, and add the step to
@@ -9,6 +11,17 @@ import sqlalchemy as sa
 SCHEMA_VERSION = 4
 
 metadata = sa.MetaData()
+
+
+def _session_id(**options: Any) -> sa.Column[Any]:
+    """The column of a row that belongs to a session: deleted with the session's row."""
+    return sa.Column(
+        "session_id",
+        sa.String(32),
+        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
+        **options,
+    )
+
 
 meta_table = sa.Table(
     "bai_meta",
@@ -40,13 +53,7 @@ kernels_table = sa.Table(
     "bai_kernels",
     metadata,
     sa.Column("id", sa.String(32), primary_key=True),
-    sa.Column(
-        "session_id",
-        sa.String(32),
-        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
-        nullable=False,
-        index=True,
-    ),
+    _session_id(nullable=False, index=True),
     sa.Column("role", sa.String(8), nullable=False),
     sa.Column("cluster_idx", sa.Integer, nullable=False),
     sa.Column("hostname", sa.String(64), nullable=False),
@@ -86,13 +93,7 @@ history_table = sa.Table(
     "bai_status_history",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column(
-        "session_id",
-        sa.String(32),
-        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
-        nullable=False,
-        index=True,
-    ),
+    _session_id(nullable=False, index=True),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("at", sa.Float, nullable=False),
     sa.Column("info", sa.String(256), nullable=True),
@@ -127,12 +128,7 @@ endpoints_table = sa.Table(
 kernel_tokens_table = sa.Table(
     "bai_kernel_tokens",
     metadata,
-    sa.Column(
-        "session_id",
-        sa.String(32),
-        sa.ForeignKey("bai_sessions.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    _session_id(primary_key=True),
     sa.Column("kind", sa.String(16), primary_key=True),
     sa.Column("target", sa.String(64), primary_key=True),
     sa.Column("at", sa.BigInteger, nullable=True),

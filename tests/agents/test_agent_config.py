@@ -202,3 +202,35 @@ async def test_a_third_party_backend_plugs_in_the_same_way(
     assert await agent.capacity() == ResourceSlot({"cpu": 1, "mem": "1g"})
     (named,) = await plugins.make_agents([], "elsewhere", parent)  # no auto_rank: named only
     assert isinstance(named, Elsewhere) and named.id == "elsewhere"
+
+
+def test_a_network_is_made_once_and_a_concurrent_maker_is_no_error() -> None:
+    """``create_network_once`` (the session bridges' and the overlays'): an existing name is
+    left alone; a 409 (made meanwhile) is no error; any other refusal is."""
+    import docker.errors
+
+    from bai_jupyter.agents.docker.networks import create_network_once
+
+    class Api:
+        def __init__(self, existing: list[str], status: int | None = None) -> None:
+            self.existing, self.status = existing, status
+            self.made: list[tuple[str, dict[str, Any]]] = []
+
+        def networks(self, names: list[str]) -> list[dict[str, str]]:
+            return [{"Name": n} for n in self.existing if n in names]
+
+        def create_network(self, name: str, **options: Any) -> None:
+            if self.status is not None:
+                response = type("R", (), {"status_code": self.status, "reason": "x"})()
+                raise docker.errors.APIError("refused", response=response)  # type: ignore[no-untyped-call]
+            self.made.append((name, options))
+
+    api = Api(["bai-x"])
+    create_network_once(api, "bai-x", driver="bridge")
+    assert api.made == []
+    api = Api([])
+    create_network_once(api, "bai-y", driver="overlay", internal=True)
+    assert api.made == [("bai-y", {"driver": "overlay", "internal": True, "check_duplicate": True})]
+    create_network_once(Api([], status=409), "bai-z", driver="bridge")
+    with pytest.raises(docker.errors.APIError):
+        create_network_once(Api([], status=500), "bai-z", driver="bridge")

@@ -413,6 +413,18 @@ async def test_agents_show_capacity_and_whose_kernels(server: Server) -> None:
         assert "session_id" not in kernel or kernel["owner"] == "bob"
 
 
+async def test_posted_bodies_refuse_unknown_fields(server: Server) -> None:
+    """A template's and an execute body's unknown field is named, with the known ones."""
+    for path, known in (
+        ("bai/api/v1/templates", "name, spec, description, shared"),
+        ("bai/api/v1/sessions/nosuch/execute", "code, mode, run_id"),
+    ):
+        reply = await server.fetch("POST", path, {"bogus": 1}, token="alice-token")
+        assert reply.code == 400, reply.body
+        assert body(reply)["field"] == "bogus"
+        assert body(reply)["message"] == f"bogus: unknown field; known fields: {known}"
+
+
 async def test_templates_crud_shared_and_applied(server: Server) -> None:
     alice, bob, admin = "alice-token", "bob-token", "admin-token"
     spec = {"resources": {"cpu": "1", "mem": "128m"}, "env": {"A": "1"}, "starts_at": FUTURE}

@@ -22,7 +22,7 @@ import docker.errors
 from ...kernel_plan import LABEL_ROOT, LABEL_SESSION
 from .engine import Engine, gather_all
 
-__all__ = ["BRIDGE_PREFIX", "EGRESS_NETWORK", "Networks", "network_name"]
+__all__ = ["BRIDGE_PREFIX", "EGRESS_NETWORK", "Networks", "create_network_once", "network_name"]
 
 #: The shared, non-internal bridge on which main kernels publish their ports.
 EGRESS_NETWORK = "bai-jupyter-egress"
@@ -32,6 +32,18 @@ BRIDGE_PREFIX = "bai"
 
 def network_name(session_id: str) -> str:
     return f"bai-{session_id[:12]}"
+
+
+def create_network_once(api: Any, name: str, **options: Any) -> None:
+    """Create a network unless one of that exact name exists (idempotent; blocking, for
+    :meth:`Engine.call`): ``options`` are ``create_network``'s (driver, labels, …)."""
+    if any(n["Name"] == name for n in api.networks(names=[name])):
+        return
+    try:
+        api.create_network(name, check_duplicate=True, **options)
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:  # 409: created meanwhile by a concurrent call
+            raise
 
 
 class Networks:
@@ -49,20 +61,14 @@ class Networks:
         """Create a bridge network unless one of that exact name exists (idempotent)."""
 
         def ensure() -> None:
-            if any(n["Name"] == name for n in api.networks(names=[name])):
-                return
-            try:
-                api.create_network(
-                    name,
-                    driver="bridge",
-                    internal=internal,
-                    labels=labels,
-                    options=options or None,
-                    check_duplicate=True,
-                )
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409:  # 409: created meanwhile by a concurrent call
-                    raise
+            create_network_once(
+                api,
+                name,
+                driver="bridge",
+                internal=internal,
+                labels=labels,
+                options=options or None,
+            )
 
         await self.engine.call(f"cannot create network {name}", ensure)
 

@@ -17,7 +17,7 @@ import docker.errors
 
 from ..multinode import SwarmNode
 from .engine import Engine
-from .networks import network_name
+from .networks import create_network_once, network_name
 
 __all__ = ["SwarmMembership"]
 
@@ -49,20 +49,9 @@ class SwarmMembership:
         name = network_name(session_id)
 
         def create() -> None:
-            if any(n["Name"] == name for n in api.networks(names=[name])):
-                return
-            try:
-                api.create_network(
-                    name,
-                    driver="overlay",
-                    attachable=True,
-                    internal=True,
-                    labels=labels,
-                    check_duplicate=True,
-                )
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409:  # made meanwhile by a concurrent call
-                    raise
+            create_network_once(
+                api, name, driver="overlay", attachable=True, internal=True, labels=labels
+            )
 
         await self.engine.call(f"cannot create overlay network {name}", create)
         return name
