@@ -92,6 +92,28 @@ async def test_the_managers_config_section_is_its_own(server: Server) -> None:
     assert [agent["backend"] for agent in agents] == ["local"]  # the config section applied
 
 
+async def test_a_manager_that_cannot_start_says_why(tmp_path: Any) -> None:
+    """A bad setting: the server stays up, its API's 503 says why, the log says it in one
+    line (no traceback), not "not started" forever."""
+    bad = 'c.BaiSessionManager.resource_groups = {"default": {"idle": {"idle_timeout": "1h"}}}\n'
+    srv = start_server(tmp_path, MULTI_USER + bad, ready=False)
+    try:
+        reason = (
+            "the session manager could not start: resource_groups.default.idle.idle_timeout: "
+            "must be seconds (0: off), got '1h'"
+        )
+        for path in ("bai/api/v1/sessions", "bai/api/v1/agents"):
+            reply = await srv.fetch("GET", path, token="alice-token")
+            assert (reply.code, body(reply)) == (503, {"error": "unavailable", "message": reason})
+        log = srv.log.read_text(errors="replace")
+        said = [line for line in log.splitlines() if "idle_timeout" in line]
+        (start,) = [line for line in said if "/bai/api/" not in line]  # not a request's line
+        assert start.endswith(f"bai-jupyter: {reason}"), log
+        assert "Traceback" not in log, log
+    finally:
+        srv.stop()
+
+
 async def test_openapi_is_served(server: Server) -> None:
     reply = await server.fetch("GET", "bai/api/v1/openapi.json")
     assert reply.code == 200
