@@ -18,11 +18,13 @@ __all__ = ["kernel_from_json", "kernel_to_json", "session_from_json", "session_t
 
 
 def kernel_to_json(kernel: Kernel) -> dict[str, Any]:
-    """Every fact of ``kernel`` but its session id (the store's row adds that)."""
+    """Every fact of ``kernel`` but its session id (the store's row adds that); ``role`` is
+    its role's name (``main``, ``sub``, or the role the request named, e.g. ``worker``),
+    as its container's label and ``BACKENDAI_CLUSTER_ROLE`` say."""
     return {
         "id": kernel.id,
         "hostname": kernel.hostname,
-        "role": kernel.role.value,
+        "role": kernel.role_name,
         "cluster_idx": kernel.cluster_idx,
         "slots": kernel.slots.to_json(),
         "status": kernel.status.value,
@@ -60,7 +62,7 @@ def kernel_from_json(session_id: str, data: Mapping[str, Any]) -> Kernel:
     return Kernel(
         id=data["id"],
         session_id=session_id,
-        role=KernelRole(data["role"]),
+        role=KernelRole.MAIN if data["role"] == KernelRole.MAIN.value else KernelRole.SUB,
         cluster_idx=int(data["cluster_idx"]),
         hostname=data["hostname"],
         slots=ResourceSlot(data["slots"]),

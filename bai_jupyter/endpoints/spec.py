@@ -25,6 +25,7 @@ __all__ = [
     "Endpoint",
     "EndpointSpec",
     "Scaling",
+    "merge_patch",
     "parse_endpoint",
     "parse_update",
 ]
@@ -116,6 +117,48 @@ class Endpoint:
     #: How many replicas the scaling rule wants now.
     desired: int = 1
     decisions: list[Decision] = field(default_factory=list)
+    #: The last rolling update: ``{"state": "rolling" | "failed", "generation", "from",
+    #: "since", "reason"}``; while rolling, ``previous`` keeps the replica request and
+    #: service of generation ``from``, restored if the rollout gives up. None: none yet,
+    #: or the last one completed.
+    rollout: dict[str, Any] | None = None
+
+    def begin_rollout(self, at: float) -> None:
+        """A new replica request: a new generation (above any a failed rollout used),
+        rolled out from the one that serves (an unfinished rollout's starting point)."""
+        rolling = self.rollout if self.rollout and self.rollout["state"] == "rolling" else None
+        failed = int(self.rollout["generation"]) if self.rollout else 0
+        start = self.generation
+        previous = {"replica": copy.deepcopy(self.spec.replica), "service": self.spec.service}
+        if rolling is not None:
+            start, previous = int(rolling["from"]), rolling["previous"]
+        self.generation = max(self.generation, failed) + 1
+        self.rollout = {"state": "rolling", "generation": self.generation, "from": start,
+                        "since": at, "reason": None, "previous": previous}  # fmt: skip
+
+    def give_up_rollout(self, at: float, reason: str) -> None:
+        """Back to the generation the rollout started from (its replica request and
+        service), the rollout marked failed with ``reason``."""
+        assert self.rollout is not None and self.rollout["state"] == "rolling"
+        rollout = self.rollout
+        previous = rollout["previous"]
+        self.spec = replace(self.spec, replica=previous["replica"], service=previous["service"])
+        self.generation = int(rollout["from"])
+        self.rollout = {"state": "failed", "generation": rollout["generation"],
+                        "from": rollout["from"], "since": rollout["since"], "at": at,
+                        "reason": reason}  # fmt: skip
+
+    def end_rollout(self, generation: int, done: bool, reason: str, at: float) -> None:
+        """The rolling update to ``generation`` is done, or given up (back to the
+        generation it rolled from); a decision says ``reason``. Nothing if another
+        update came meanwhile."""
+        if not (self.rollout and self.rollout["generation"] == generation):
+            return
+        if done:
+            self.rollout = None
+        else:
+            self.give_up_rollout(at, reason)
+        self.decide(at, self.desired, reason)
 
     def decide(self, at: float, to: int, reason: str) -> None:
         """Record a decision (and move ``desired`` to ``to``)."""
@@ -133,6 +176,7 @@ class Endpoint:
             "generation": self.generation,
             "desired": self.desired,
             "decisions": [d.to_json() for d in self.decisions],
+            "rollout": copy.deepcopy(self.rollout),
         }
 
     @classmethod
@@ -146,6 +190,7 @@ class Endpoint:
             generation=int(data["generation"]),
             desired=int(data["desired"]),
             decisions=[Decision.from_json(d) for d in data.get("decisions") or []],
+            rollout=dict(data["rollout"]) if data.get("rollout") else None,
         )
 
 
@@ -225,10 +270,29 @@ def _replica(value: Any, path: str = "replica") -> dict[str, Any]:
     return data
 
 
+def merge_patch(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch`` over ``base`` key by key (JSON Merge Patch, RFC 7396): an object merges
+    into the object it replaces (``env``, ``resources``), ``null`` removes a key, anything
+    else (a list too) replaces the value."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_patch(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _proxied(replica: Mapping[str, Any]) -> list[str]:
+    """The replica request's HTTP service ports, by name."""
+    return [s.name for s in parse_spec(replica).services if s.proxied]
+
+
 def _service(replica: Mapping[str, Any], value: Any, path: str) -> str:
     """The routed service: named, or the replica request's only HTTP one."""
-    spec = parse_spec(replica)
-    proxied = [s.name for s in spec.services if s.proxied]
+    proxied = _proxied(replica)
     if value is None:
         if len(proxied) != 1:
             raise SpecError(
@@ -264,11 +328,20 @@ def _spec(data: Any, path: str = "", base: EndpointSpec | None = None) -> Endpoi
     prefix = f"{path}." if path else ""
     if base is None and "replica" not in data:
         raise SpecError(f"{prefix}replica", "required: the session request of each replica")
-    replica = _replica(data["replica"], f"{prefix}replica") if "replica" in data else None
+    replica: dict[str, Any] | None = None
+    if "replica" in data:
+        given = data["replica"]
+        if base is not None:  # an update: merged over the replica request it changes
+            given = merge_patch(
+                base.replica, mapping_of(given, f"{prefix}replica", "an object of the fields")
+            )
+        replica = _replica(given, f"{prefix}replica")
     if replica is None:
         assert base is not None
         replica = base.replica
-    service_given = data.get("service", None if "replica" in data or base is None else base.service)
+    service_given = data.get("service")
+    if "service" not in data and base is not None and base.service in _proxied(replica):
+        service_given = base.service  # the routed port stays while the replica still has it
     return EndpointSpec(
         replica=replica,
         service=_service(replica, service_given, f"{prefix}service"),
@@ -293,7 +366,10 @@ def parse_endpoint(data: Any) -> tuple[str, EndpointSpec]:
 
 
 def parse_update(data: Any, base: EndpointSpec) -> EndpointSpec:
-    """An endpoint's spec after an update (fields left out stay; ``scaling`` merges)."""
+    """An endpoint's spec after an update: fields left out stay; ``scaling`` and
+    ``replica`` merge key by key (``replica`` as a JSON merge patch: ``null`` removes a
+    key; a changed ``replica`` is a new generation); ``service`` stays while the merged
+    replica still has it."""
     body = mapping_of(data, "body", "a JSON object")
     _known(body, tuple(k for k in ENDPOINT_KEYS if k != "name"), "")
     return _spec(body, "", base)

@@ -39,6 +39,11 @@ def endpoint_text(view: Mapping[str, Any], url: str) -> str:
         f"{scaling['window']:g} s; now {load.get('in_flight', 0):g} in flight, "
         f"{load.get('rps', 0):g} requests/s",
     ]
+    rollout = view.get("rollout") or {}
+    if rollout.get("state") == "rolling":
+        lines.append(f"  rollout     to generation {rollout['generation']} from {rollout['from']}")
+    elif rollout.get("state") == "failed":
+        lines.append(f"  rollout     failed: {rollout['reason']}")
     if view.get("error"):
         lines.append(f"  trouble     {view['error']}")
     for replica in view.get("replicas", []):

@@ -32,7 +32,7 @@ from ..registry import (
     request_user,
     unregister_manager,
 )
-from .host import NAME, ApiHost, Step
+from .host import NAME, ApiHost, ManagerStartFailed, Step
 from .launches import LaunchErrorFilter
 from .routes import routes
 
@@ -130,8 +130,12 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         assert self.manager is not None
         try:
             await self.start_manager(serverapp.web_app.settings, serverapp.port)
-        except BaseException:
+        except ManagerStartFailed:
+            # Logged in one line; the server stays up and its API answers 503 with why.
             expect_manager(False)  # launches fall back to a manager of their own
+            return
+        except BaseException:
+            expect_manager(False)
             raise
         register_manager(self.manager)
 

@@ -22,7 +22,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..api import SessionsAPI
 from ..endpoints import Router
-from ..errors import Unavailable
+from ..errors import BaiError, Unavailable
 from ..manager import BaiSessionManager, ScopedManager
 from ..model import Status
 from .activity import ActivityNotes
@@ -33,13 +33,18 @@ from .routes import api_routes
 from .running import RunningSessions
 from .upstream import KeepAliveClient
 
-__all__ = ["NAME", "ApiHost", "Step"]
+__all__ = ["NAME", "ApiHost", "ManagerStartFailed", "Step"]
 
 #: The extension's name: the key its handlers find their host under in tornado's settings.
 NAME = "bai_jupyter"
 
 #: One step of stopping: what it does (for the log) and the call.
 Step = tuple[str, Callable[[], Any]]
+
+
+class ManagerStartFailed(Exception):
+    """The manager this host owns could not start; the reason is logged (one line) and
+    every API call is answered 503 with it."""
 
 
 class ApiHost(LoggingConfigurable):
@@ -151,6 +156,8 @@ class ApiHost(LoggingConfigurable):
         self._upstream: KeepAliveClient | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.access: KernelAccess | None = None
+        #: Why the manager this host owns could not start (None: it started, or has not yet).
+        self.start_error: str | None = None
 
     def upstream(self) -> KeepAliveClient:
         """The proxy's connections to the services (made on first use, on the server's loop)."""
@@ -173,6 +180,8 @@ class ApiHost(LoggingConfigurable):
         (everyone's sessions for an admin); ``parent``: the caller's kernel-token session;
         ``groups``: their user groups where their authentication says (a Hub's)."""
         if self.manager is None or not self.manager.started:
+            if self.start_error is not None:
+                raise Unavailable(f"the session manager could not start: {self.start_error}")
             raise Unavailable("the session manager is not started")
         return ScopedManager(self.manager, owner, is_admin, parent, groups=groups)
 
@@ -190,7 +199,16 @@ class ApiHost(LoggingConfigurable):
         the app serving the API) on ``port`` where it is free, and follow its sessions."""
         manager = self.manager
         assert manager is not None
-        await manager.start()
+        try:
+            await manager.start()
+        except Exception as exc:
+            # A bad setting (ConfigError names it) or an unreachable store or engine: one
+            # line in the log, and the API says the same in its 503s.
+            reason = exc.message if isinstance(exc, BaiError) else f"{type(exc).__name__}: {exc}"
+            self.start_error = " ".join(reason.split()) or type(exc).__name__
+            self.log.error("bai-jupyter: the session manager could not start: %s", self.start_error)
+            self.log.debug("bai-jupyter: the manager's start failed", exc_info=True)
+            raise ManagerStartFailed(self.start_error) from exc
         if self.kernel_access:
             await self._open_kernel_access(manager, settings, port)
         self._watcher = asyncio.ensure_future(self._follow_sessions(manager))

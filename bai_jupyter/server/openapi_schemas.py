@@ -277,6 +277,12 @@ SCHEMAS: dict[str, Any] = {
             "replicas": {"type": "array", "items": {"type": "object"}},
             "load": {"type": "object"},
             "decisions": {"type": "array", "items": {"type": "object"}},
+            "rollout": {
+                "type": "object",
+                "nullable": True,
+                "description": "the last rolling update, until one completes: state "
+                "(rolling, failed), generation, from, since, at, reason (why it gave up)",
+            },
             "error": {"type": "string", "nullable": True},
         },
     },

@@ -26,7 +26,7 @@ from traitlets import Enum, Int, Unicode
 from ..cli.base import ALIASES, FLAGS, BaiCommand
 from ..manager import BaiSessionManager
 from ..registry import local_owner
-from ..server.host import NAME, ApiHost, Step
+from ..server.host import NAME, ApiHost, ManagerStartFailed, Step
 from ..server.redact import log_request
 from ..server.routes import routes
 from .auth import CallerAuthorizer, HubIdentity, TokenIdentity
@@ -172,6 +172,8 @@ class ManagerService(BaiCommand, ApiHost):
             await self.start_manager(app.settings, port)
             print(f"bai-jupyter manager: serving {self.own_url()}", flush=True)
             await stop.wait()
+        except ManagerStartFailed:
+            return 1  # its reason is the one line logged: a service without a manager exits
         finally:
             server.stop()
             steps: list[Step] = self.stop_steps()

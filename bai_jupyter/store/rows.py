@@ -43,7 +43,9 @@ KERNEL_COLUMNS = [c for c in kernels_table.c if c.name != "logs"]
 
 
 def kernel_values(kernel: Kernel) -> dict[str, Any]:
-    return {**kernel_to_json(kernel), "session_id": kernel.session_id}
+    """Its row: the role column keeps ``main`` or ``sub`` (the hostname keeps the role's
+    name)."""
+    return {**kernel_to_json(kernel), "role": kernel.role.value, "session_id": kernel.session_id}
 
 
 def session_values(session: Session) -> dict[str, Any]:

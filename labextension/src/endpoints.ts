@@ -59,8 +59,20 @@ export interface EndpointJSON {
   load: { in_flight: number; rps: number; seconds: number };
   /** Oldest first; the server keeps the newest 50. */
   decisions: DecisionJSON[];
+  /** The last rolling update until one completes; `failed` says why it gave up. */
+  rollout?: RolloutJSON | null;
   /** Why replicas do not start, while they do not. */
   error: string | null;
+}
+
+/** A rolling update in progress, or the last one that gave up (back to `from`). */
+export interface RolloutJSON {
+  state: 'rolling' | 'failed';
+  generation: number;
+  from: number;
+  since: number;
+  at?: number;
+  reason: string | null;
 }
 
 /** What `PATCH endpoints/<name>` takes (merged key by key). */

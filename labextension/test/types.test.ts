@@ -88,6 +88,7 @@ const ENDPOINT_FIELDS: Record<keyof EndpointJSON, true> = {
   replicas: true,
   load: true,
   decisions: true,
+  rollout: true,
   error: true
 };
 const TEMPLATE_FIELDS: Record<keyof TemplateJSON, true> = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -159,6 +160,34 @@ def test_console_script_reports_a_bad_trace(tmp_path: Path) -> None:
     assert proc.stderr == (
         "bai-jupyter simulate: error: sessions[0].duration: must not be negative, got -3\n"
     )
+
+
+def test_a_manager_service_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    """``bai-jupyter manager`` with a bad setting: exit status 1 and the reason in one log
+    line, no traceback."""
+    config = tmp_path / "manager_config.py"
+    config.write_text(
+        'c.TokenIdentity.users = {"t": "alice"}\n'
+        'c.BaiSessionManager.backend = "local"\n'
+        f"c.BaiSessionManager.store_url = {f'sqlite:///{tmp_path}/store.sqlite'!r}\n"
+        f"c.LocalAgent.root = {str(tmp_path / 'kernels')!r}\n"
+        'c.BaiSessionManager.resource_groups = {"default": {"idle": {"idle_timeout": "1h"}}}\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BAI_JUPYTER", "JUPYTER"))}
+    env["JUPYTER_CONFIG_DIR"] = str(tmp_path / "config")
+    script = Path(sys.executable).parent / "bai-jupyter"
+    proc = subprocess.run(
+        [str(script), "manager", f"--config={config}", "--ip=127.0.0.1", "--port=0"],
+        capture_output=True, text=True, check=False, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out, out
+    (line,) = [line for line in out.splitlines() if "idle_timeout" in line]
+    assert line.endswith(
+        "bai-jupyter: the session manager could not start: resource_groups.default.idle."
+        "idle_timeout: must be seconds (0: off), got '1h'"
+    ), out
 
 
 def test_a_mistyped_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -137,9 +137,14 @@ class Server:
 
 
 def start_server(
-    root: Path, config: str = "", args: list[str] | None = None, port: int | None = None
+    root: Path,
+    config: str = "",
+    args: list[str] | None = None,
+    port: int | None = None,
+    ready: bool = True,
 ) -> Server:
-    """Start ``jupyter server`` on a free port; return once the manager has started.
+    """Start ``jupyter server`` on a free port; return once the manager has started
+    (``ready=False``: once the API answers at all, started or not).
 
     ``root`` holds the store, the config, the data and runtime dirs and the log,
     so a second call with the same ``root`` is the same server restarted.
@@ -186,12 +191,13 @@ c.BaiSessionManager.pass_interval = 1.0
             start_new_session=True,
         )
     server = Server(f"http://127.0.0.1:{port}/", TOKEN, proc, log)
-    _wait_ready(server)
+    _wait_ready(server, ready=ready)
     return server
 
 
-def _wait_ready(server: Server, timeout: float = 60) -> None:
-    """Poll (blocking: the tests' loop is not running yet) until the manager has agents."""
+def _wait_ready(server: Server, timeout: float = 60, ready: bool = True) -> None:
+    """Poll (blocking: the tests' loop is not running yet) until the manager has agents
+    (``ready=False``: until the API answers, a 503 too)."""
     import urllib.error
     import urllib.request
 
@@ -206,6 +212,9 @@ def _wait_ready(server: Server, timeout: float = 60) -> None:
             with urllib.request.urlopen(request, timeout=5) as reply:
                 if json.load(reply)["agents"]:  # the manager has registered its agents
                     return
+        except urllib.error.HTTPError as exc:
+            if not ready and exc.code == 503:
+                return
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.2)

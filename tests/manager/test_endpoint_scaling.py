@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from bai_jupyter.endpoints import (
     Autoscaler,
+    Endpoint,
     Load,
     LoadMeter,
     ReplicaState,
@@ -75,6 +76,44 @@ def test_an_update_keeps_what_it_leaves_out_and_merges_scaling() -> None:
     assert (raised.scaling.min_replicas, raised.scaling.max_replicas) == (6, 6)
     with pytest.raises(SpecError):
         parse_update({"name": "other"}, spec)
+
+
+def test_an_update_merges_the_replica_key_by_key() -> None:
+    """A PATCH of only ``env`` keeps the command, the ports and the other variables."""
+    base = {**REPLICA, "image": "m:1", "env": {"A": "1", "B": "2"}, "resources": {"cpu": 1}}
+    _, spec = parse_endpoint({**M, "replica": base})
+    changed = parse_update({"replica": {"env": {"B": "3"}}}, spec)
+    assert changed.replica == {**base, "type": "inference", "env": {"A": "1", "B": "3"}}
+    assert changed.service == "model"
+    dropped = parse_update({"replica": {"env": {"A": None}, "resources": None}}, spec)
+    assert dropped.replica["env"] == {"B": "2"} and "resources" not in dropped.replica
+    ports = parse_update({"replica": {"service_ports": ["api:http:9000"]}}, spec)
+    assert ports.service == "api"  # the routed port went: the replica's only HTTP one
+    with pytest.raises(SpecError) as caught:
+        parse_update({"replica": {"startup_command": None, "env": {"B": 3}}}, spec)
+    assert caught.value.field == "replica.env.B"
+
+
+def test_a_rollout_given_up_goes_back_to_the_generation_that_serves() -> None:
+    _, spec = parse_endpoint(M)
+    endpoint = Endpoint("e1", "m", "alice", spec, 0.0)
+    endpoint.begin_rollout(10.0)  # as an update does: then the new spec
+    endpoint.spec = parse_update({"replica": {"env": {"V": "2"}}}, spec)
+    endpoint.begin_rollout(20.0)  # a second update while rolling: still from generation 1
+    endpoint.spec = parse_update({"replica": {"env": {"V": "3"}}}, endpoint.spec)
+    assert endpoint.rollout is not None
+    assert (endpoint.generation, endpoint.rollout["from"]) == (3, 1)
+    endpoint.end_rollout(2, False, "stale", 30.0)  # an older rollout's verdict: nothing
+    assert endpoint.generation == 3
+    endpoint.end_rollout(3, False, "no new replica became healthy", 30.0)
+    assert (endpoint.generation, endpoint.spec) == (1, spec)
+    assert endpoint.rollout["state"] == "failed" and endpoint.rollout["generation"] == 3
+    assert endpoint.decisions[-1].reason == "no new replica became healthy"
+    assert Endpoint.from_json(endpoint.to_json()) == endpoint  # kept in the store
+    endpoint.begin_rollout(40.0)  # the next update: above the failed generation
+    assert (endpoint.generation, endpoint.rollout["from"]) == (4, 1)
+    endpoint.end_rollout(4, True, "done", 50.0)
+    assert endpoint.rollout is None and endpoint.generation == 4
 
 
 # --- measuring ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ CONFIG = (
 c.BaiSessionManager.backend = "docker"
 c.ReplicaKeeper.interval = 0.5
 c.ReplicaKeeper.unhealthy_timeout = 3
+c.ReplicaKeeper.rollout_timeout = 30
 """
 )
 
@@ -360,6 +361,54 @@ async def test_a_rolling_update_of_image_and_resources_fails_no_request(
     finally:
         with contextlib.suppress(Exception):
             docker_engine.api.remove_image(rolled, noprune=True)
+
+
+async def test_a_patch_of_env_rolls_out_and_a_rollout_that_never_gets_healthy_gives_up(
+    server: Server, kernel_image: str
+) -> None:
+    """``replica`` merges key by key: a PATCH of only ``env`` keeps the command and rolls
+    out. A generation whose replicas never pass a health check gives up after
+    ``rollout_timeout`` with a reason: back to the generation that serves, its replica
+    untouched, the new one ended."""
+    request = endpoint_request("patched", kernel_image)
+    await api(server, "POST", "endpoints", request)
+    await wait_until(server, "patched", ready(1))
+    updated = await api(
+        server, "PATCH", "endpoints/patched", {"replica": {"env": {"MODEL_VERSION": "2"}}}
+    )
+    assert updated["generation"] == 2 and updated["rollout"]["state"] == "rolling"
+    kept = updated["spec"]["replica"]
+    assert kept["startup_command"] == request["replica"]["startup_command"]
+    assert kept["env"] == {"MODEL_VERSION": "2"} and kept["image"] == kernel_image
+    view = await wait_until(
+        server, "patched", lambda v: ready(1, generation=2)(v) and v["rollout"] is None
+    )
+    serving = view["replicas"][0]["session_id"]
+    load = LoadGenerator(server, "patched", workers=2)
+    async with load.running():
+        await asyncio.sleep(0.5)
+        broken = {"replica": {"startup_command": "sleep infinity"}}  # never listens
+        assert (await api(server, "PATCH", "endpoints/patched", broken))["generation"] == 3
+        view = await wait_until(
+            server, "patched", lambda v: (v["rollout"] or {}).get("state") == "failed", 90
+        )
+        await asyncio.sleep(0.5)
+    assert load.failures() == [], load.failures()[:5]
+    assert {r[2]["version"] for r in load.results} == {"2"}
+    rollout = view["rollout"]
+    assert (rollout["generation"], rollout["from"], view["generation"]) == (3, 2, 2)
+    assert rollout["reason"].startswith("rolling update to generation 3 given up: no new "
+                                        "replica became healthy in 30 s ("), rollout  # fmt: skip
+    assert rollout["reason"].endswith("back to generation 2, whose replicas keep serving")
+    assert view["decisions"][-1]["reason"] == rollout["reason"]
+    assert "startup_command" in view["spec"]["replica"]  # generation 2's request again
+    assert view["spec"]["replica"]["startup_command"] != "sleep infinity"
+    view = await wait_until(server, "patched", lambda v: len(v["replicas"]) == 1)
+    assert [r["session_id"] for r in view["replicas"]] == [serving]
+    sessions = (await api(server, "GET", "sessions?all=true", token="admin-token"))["sessions"]
+    third = [s for s in sessions if (s["meta"].get("endpoint") or {}).get("generation") == 3]
+    assert third and {s["status_info"] for s in third} == {"endpoint-rollout-failed"}, third
+    await api(server, "DELETE", "endpoints/patched")
 
 
 async def cli(*args: str) -> tuple[int, str, str]:

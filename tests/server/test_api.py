@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -88,6 +90,28 @@ async def test_the_managers_config_section_is_its_own(server: Server) -> None:
     assert "not recognized" not in server.log.read_text(errors="replace")
     agents = body(await server.fetch("GET", "bai/api/v1/agents"))["agents"]
     assert [agent["backend"] for agent in agents] == ["local"]  # the config section applied
+
+
+async def test_a_manager_that_cannot_start_says_why(tmp_path: Any) -> None:
+    """A bad setting: the server stays up, its API's 503 says why, the log says it in one
+    line (no traceback), not "not started" forever."""
+    bad = 'c.BaiSessionManager.resource_groups = {"default": {"idle": {"idle_timeout": "1h"}}}\n'
+    srv = start_server(tmp_path, MULTI_USER + bad, ready=False)
+    try:
+        reason = (
+            "the session manager could not start: resource_groups.default.idle.idle_timeout: "
+            "must be seconds (0: off), got '1h'"
+        )
+        for path in ("bai/api/v1/sessions", "bai/api/v1/agents"):
+            reply = await srv.fetch("GET", path, token="alice-token")
+            assert (reply.code, body(reply)) == (503, {"error": "unavailable", "message": reason})
+        log = srv.log.read_text(errors="replace")
+        said = [line for line in log.splitlines() if "idle_timeout" in line]
+        (start,) = [line for line in said if "/bai/api/" not in line]  # not a request's line
+        assert start.endswith(f"bai-jupyter: {reason}"), log
+        assert "Traceback" not in log, log
+    finally:
+        srv.stop()
 
 
 async def test_openapi_is_served(server: Server) -> None:
@@ -180,6 +204,34 @@ async def test_session_crud_and_ownership(server: Server) -> None:
     assert (body(ended)["status"], body(ended)["status_info"]) == ("CANCELLED", "changed-my-mind")
     again = await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token=alice)
     assert body(again)["status"] == "CANCELLED"
+
+
+async def test_a_kernel_shows_its_roles_name(server: Server) -> None:
+    """A role's kernels are ``worker`` in the API and ``session show``, as their container's
+    label and ``BACKENDAI_CLUSTER_ROLE`` say, not ``sub``."""
+    request = {
+        "name": "roles-shown",
+        "starts_at": FUTURE,
+        "roles": [{"name": "main"}, {"name": "worker", "replicas": 2}],
+    }
+    created = await server.fetch("POST", "bai/api/v1/sessions", request, token="alice-token")
+    assert created.code == 201, created.body
+    sid = body(created)["id"]
+    try:
+        shown = body(await server.fetch("GET", f"bai/api/v1/sessions/{sid}", token="alice-token"))
+        roles = [(k["hostname"], k["role"]) for k in shown["kernels"]]
+        assert roles == [("main1", "main"), ("worker1", "worker"), ("worker2", "worker")]
+        where = ("--url", server.url, "--token", "alice-token")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bai_jupyter.cli", "session", "show", sid, *where,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        out = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+        assert proc.returncode == 0, out
+        rows = [line.split()[:2] for line in out.splitlines() if line.startswith("worker")]
+        assert rows == [["worker1", "worker"], ["worker2", "worker"]], out
+    finally:
+        await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token="alice-token")
 
 
 async def test_a_reason_to_end_a_session_is_a_bounded_kebab_case_word(server: Server) -> None:

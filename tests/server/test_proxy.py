@@ -539,10 +539,20 @@ async def test_503_with_a_retry_hint_until_running_409_after_the_end(server: Ser
 
 
 async def test_an_image_no_agent_has_is_refused_at_once(server: Server) -> None:
+    """Refused with the field that asked for it: ``image``, or a role's ``roles[N].image``."""
     request = {"image": "bai-jupyter/no-such-image:0"}
     reply = await server.fetch("POST", "bai/api/v1/sessions", request)
     assert reply.code == 400, reply.body
-    assert "bai-jupyter/no-such-image:0 is on no agent" in json.loads(reply.body)["message"]
+    refused = json.loads(reply.body)
+    assert "bai-jupyter/no-such-image:0 is on no agent" in refused["message"]
+    assert refused["field"] == "image"
+    # A role's own image is named where the request asked for it.
+    roles = {"roles": [{"name": "main"}, {"name": "worker", "image": request["image"]}]}
+    reply = await server.fetch("POST", "bai/api/v1/sessions", roles)
+    assert reply.code == 400, reply.body
+    refused = json.loads(reply.body)
+    assert refused["field"] == "roles[1].image", refused
+    assert refused["message"].startswith("roles[1].image: bai-jupyter/no-such-image:0 is on no")
 
 
 # --- the upstream pool and the wire format against local services (no Docker) -----------------

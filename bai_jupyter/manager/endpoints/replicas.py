@@ -27,21 +27,10 @@ from ...model import NOT_ENDED, Session, Status
 from ..core import Core
 from ..lifecycle.start_stop import Lifecycle
 from ..requests.launch import Launcher
+from .meta import REPLICA_META, endpoint_of, replica_generation
+from .rollout import RolloutWatch
 
-__all__ = ["REPLICA_META", "ReplicaKeeper", "replica_generation"]
-
-#: The key of a replica session's ``meta``: ``{"id", "name", "generation"}`` of its endpoint.
-REPLICA_META = "endpoint"
-
-
-def replica_generation(session: Session) -> int:
-    return int(session.meta.get(REPLICA_META, {}).get("generation", 0))
-
-
-def endpoint_of(session: Session) -> str | None:
-    """The endpoint id a session is a replica of, if any."""
-    found = session.meta.get(REPLICA_META)
-    return str(found["id"]) if isinstance(found, dict) and "id" in found else None
+__all__ = ["ReplicaKeeper"]
 
 
 class ReplicaKeeper(LoggingConfigurable):
@@ -69,6 +58,11 @@ class ReplicaKeeper(LoggingConfigurable):
         help="Seconds a replica that was healthy may fail its health checks before it is "
         "ended (endpoint-unhealthy) and replaced; it gets no requests meanwhile.",
     )
+    rollout_timeout = Float(
+        900.0, config=True, help="Seconds a rolling update may go without a new replica "
+        "becoming healthy; then the endpoint goes back to the generation it rolled from "
+        "(whose replicas kept serving) and its rollout says why."
+    )  # fmt: skip
     retry_backoff = Float(
         5.0,
         config=True,
@@ -96,6 +90,8 @@ class ReplicaKeeper(LoggingConfigurable):
         self._proven: set[str] = set()
         self._ending: set[str] = set()
         self._checking: set[str] = set()
+        #: Whether each endpoint's rolling update is done, or stuck for too long.
+        self.rollouts = RolloutWatch(lambda: self.rollout_timeout)
         self._swept = False
         self._wake = asyncio.Event()
         #: Serializes changes of endpoint records (the API's and this loop's).
@@ -171,6 +167,7 @@ class ReplicaKeeper(LoggingConfigurable):
         self._sync(route, endpoint, sessions)
         self._check(route, endpoint)
         await self._replace_unhealthy(route, endpoint, now)
+        endpoint = await self._follow_rollout(route, endpoint, sessions)
         load = route.meter.sample(now, endpoint.spec.scaling.window)
         route.load = load
         scaler = self._scalers.setdefault(endpoint.id, Autoscaler())
@@ -293,6 +290,29 @@ class ReplicaKeeper(LoggingConfigurable):
                     f"replica {replica.session_id[:12]} unhealthy for {now - since:.0f} s "
                     f"({replica.problem}): replaced",
                 )
+
+    async def _follow_rollout(
+        self, route: Route, endpoint: Endpoint, sessions: list[Session]
+    ) -> Endpoint:
+        """A rolling update done, or given up (:class:`RolloutWatch`); replicas of a
+        generation above the endpoint's (a rollout given up) end."""
+        live = [s for s in sessions if s.id not in self._ending]
+        if verdict := self.rollouts.verdict(endpoint, live, route, self._proven, self.errors):
+            done, reason = verdict
+            generation, now = endpoint.generation, time.time()
+            changed = await self.edit(
+                endpoint.id, lambda record: record.end_rollout(generation, done, reason, now)
+            )
+            endpoint = changed or endpoint
+            if not done:  # the new generation's failures say nothing of the one that serves
+                self.log.warning("bai-jupyter: endpoint %s: %s", endpoint.name, reason)
+                for kept in (self.errors, self._backoff, self._not_before):
+                    kept.pop(endpoint.id, None)
+        for session in live:
+            if replica_generation(session) > endpoint.generation:
+                route.replicas.pop(session.id, None)
+                self._end_now(session.id, "endpoint-rollout-failed")
+        return endpoint
 
     # --- starting and ending replicas ---------------------------------------------------------
 

@@ -17,7 +17,8 @@ from ...request import SpecError
 from ...store import NameConflict
 from ..core import Core
 from ..requests.launch import Launcher
-from .replicas import ReplicaKeeper, endpoint_of, replica_generation
+from .meta import endpoint_of, replica_generation
+from .replicas import ReplicaKeeper
 
 __all__ = ["Endpoints"]
 
@@ -91,7 +92,7 @@ class Endpoints:
 
         def change(record: Endpoint) -> None:
             if spec.replica != record.spec.replica:
-                record.generation += 1
+                record.begin_rollout(time.time())
                 record.decide(
                     time.time(),
                     record.desired,
@@ -148,8 +149,11 @@ class Endpoints:
         else:
             state = "starting"
         load = route.load if route is not None else Load()
+        record = endpoint.to_json()
+        if record["rollout"] is not None:
+            record["rollout"].pop("previous", None)  # the spec it would go back to: kept only
         return {
-            **endpoint.to_json(),
+            **record,
             "url": f"bai/endpoints/{endpoint.name}/",
             "state": state,
             "ready_replicas": ready,

@@ -126,7 +126,7 @@ class Admission:
                 raise Forbidden(refusal)
         check_agents(spec, core.agents.values())
         for image in spec.images:
-            await self._check_image(image, spec.resource_group)
+            await self._check_image(image, spec.resource_group, _image_field(spec, image))
         any_path = admin and self.settings.admin_host_paths
         for role in spec.cluster_roles():
             try:
@@ -174,20 +174,21 @@ class Admission:
             await self.core.db(lambda tx: tx.set_owner_groups(owner, groups, now))
         return sorted(set(groups))
 
-    async def _check_image(self, image: str, group: str) -> None:
+    async def _check_image(self, image: str, group: str, field: str = "image") -> None:
         """Refuse at once an image no agent has and no registry serves (an agent that lacks
-        it gets it when the session starts, in PULLING)."""
+        it gets it when the session starts, in PULLING); the refusal names ``field``, where
+        the request asked for it (``image``, ``roles[1].image``)."""
         known, failures = await image_known(self.core, image, group, self.settings.registries)
         if known:
             return
         registry = registry_of(image)
         if not failures and registry not in self.settings.registries:
             raise InvalidRequest(
-                f"image: {image} is on no agent, and its registry {registry} is not one the "
+                f"{field}: {image} is on no agent, and its registry {registry} is not one the "
                 f"agents may pull from (BaiSessionManager.registries: "
                 f"{', '.join(self.settings.registries) or 'none'}); use an image an agent has "
                 "or one of those registries",
-                field="image",
+                field=field,
             )
         if failures:
             raise Unavailable("; ".join(failures))
@@ -198,9 +199,9 @@ class Admission:
                 else "pull or build it on an agent first"
             )
             raise InvalidRequest(
-                f"image: {image} is on no agent of resource group {group!r}, nor on another "
+                f"{field}: {image} is on no agent of resource group {group!r}, nor on another "
                 f"agent, nor in a registry the agents reach; {hint}",
-                field="image",
+                field=field,
             )
 
     async def _resolve_id(self, key: str, owner: str) -> str:
@@ -208,3 +209,14 @@ class Admission:
         if session is None:
             raise InvalidRequest(f"depends_on: {owner} has no session {key!r}", field="depends_on")
         return session.id
+
+
+def _image_field(spec: SessionSpec, image: str) -> str:
+    """Where ``spec`` asks for ``image``: ``image`` (the session's, which a role that names
+    none runs), else the first role that names it, ``roles[N].image``."""
+    if image == spec.image:
+        return "image"
+    for i, role in enumerate(spec.roles):
+        if role.image == image:
+            return f"roles[{i}].image"
+    return "image"
