@@ -166,6 +166,7 @@ class BaiProvisioner(KernelProvisionerBase):
         self._sessions: SessionsAPI | None = None
         #: The ended session whose reason is already in the log (poll runs every few seconds).
         self._reported: str | None = None
+        self._waiting: str | None = None  # the session a launch in progress waits for
 
     # --- the manager ------------------------------------------------------------------------
 
@@ -232,6 +233,7 @@ class BaiProvisioner(KernelProvisionerBase):
         self.log.info(
             "bai kernel %s: session %s is %s", self.kernel_id, session.id, session.status.value
         )
+        self._waiting = session.id
         try:
             session = await sessions.wait_for(session.id, ACTIVE, timeout=self.launch_timeout)
         except Timeout:
@@ -251,6 +253,8 @@ class BaiProvisioner(KernelProvisionerBase):
                 _why_pending(waited),
             )
             raise
+        finally:
+            self._waiting = None
         if session.status not in ACTIVE:
             self.session_id = None
             why = await self._why_ended(sessions, session)
@@ -282,6 +286,15 @@ class BaiProvisioner(KernelProvisionerBase):
         if self.session:
             return await sessions.get(key)
         return await sessions.destroy(key, reason=reason)
+
+    async def cancel_launch(self) -> None:
+        """End the session a launch waits for (the server stops mid-restart), not attached ones."""
+        key, self._waiting = self._waiting, None
+        if key is not None and not self.session:
+            try:
+                await (await self._manager()).destroy(key, reason="launch-cancelled")
+            except BaiError as exc:
+                self.log.warning("bai kernel %s: launch not cancelled: %s", self.kernel_id, exc)
 
     @staticmethod
     def _main_connection(session: Session) -> dict[str, Any]:

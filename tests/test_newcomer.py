@@ -196,3 +196,70 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
         )
     finally:
         server.stop()
+
+
+@pytest.mark.docker
+async def test_sigterm_after_a_failed_attach_launch_stops_at_once_and_removes_everything(
+    tmp_path: Path, kernel_image: str, docker_engine: Any
+) -> None:
+    """A notebook's session ended through the API (the sidebar), its stale attach
+    kernelspec launched (503), then SIGTERM while Jupyter's restarter is bringing the
+    notebook's kernel back: the server exits within seconds, rc 0, no traceback in its
+    log, and no container of either session is left."""
+    import signal
+    import time
+
+    from bai_jupyter.kernel_plan import LABEL_SESSION
+    from bai_jupyter.kernelspecs import kernelspec_json
+    from bai_jupyter.store import Store
+
+    root = tmp_path / "server"
+    spec_dir = root / "data" / "kernels" / "bai-test"
+    spec_dir.mkdir(parents=True)
+    spec = kernelspec_json("bai test", {"resources": {"cpu": "0.5", "mem": "256m"}})
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    server = start_server(root, 'c.BaiSessionManager.backend = "docker"\n')
+    try:
+        client = server.client()
+        notebook = {"type": "notebook", "path": "a.ipynb", "kernel": {"name": "bai-test"}}
+        reply = await server.fetch("POST", "api/sessions", notebook)
+        assert reply.code == 201, (reply.body, server.tail())
+        (session,) = await client.list_sessions(statuses=[Status.RUNNING])
+        reply = await server.fetch("POST", f"bai/api/v1/sessions/{session.id}/kernelspec")
+        assert reply.code == 201, reply.body
+        attach = {"type": "notebook", "path": "b.ipynb", "kernel": {"name": ""}}
+        attach["kernel"] = {"name": json.loads(reply.body)["name"]}
+        await client.destroy(session.id)  # the sidebar's "end session"
+        ended = await client.wait_for(session.id, [Status.TERMINATED], timeout=60)
+        assert ended.status_info == "user-requested", ended.status_data
+        reply = await server.fetch("POST", "api/sessions", attach)  # the stale launcher card
+        assert reply.code == 503, (reply.code, reply.body, server.tail())
+        for _ in range(100):  # Jupyter's restarter brings the notebook's kernel back
+            if any(s.id != session.id for s in await client.list_sessions()):
+                break
+            await asyncio.sleep(0.1)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout=30)
+        except Exception:
+            pytest.fail(f"the server still runs 30 s after SIGTERM:\n{server.tail()}")
+        took = time.monotonic() - started
+    finally:
+        server.stop()
+    log = server.log.read_text(errors="replace")
+    assert server.proc.returncode == 0, log[-4000:]
+    assert "Traceback" not in log, log[-6000:]
+    assert took < 10, (took, log[-4000:])
+    store = Store(f"sqlite:///{root}/store.sqlite")
+    try:
+        with store.read() as tx:
+            sessions = tx.list_sessions()
+    finally:
+        store.close()
+    assert all(s.status.is_terminal for s in sessions), [(s.id, s.status) for s in sessions]
+    for each in sessions:
+        left = docker_engine.containers.list(
+            all=True, filters={"label": f"{LABEL_SESSION}={each.id}"}
+        )
+        assert left == [], (each.id, each.status, [(c.name, c.status) for c in left])
