@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import PurePath
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
@@ -32,13 +32,11 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode
 from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
 from .model import ACTIVE, Session, SessionType, Status
-from .reach import find_sessions
+from .reach import find_sessions, hold_with_process
 from .request import RESERVED_PORTS_TEXT
 from .request.kernel_launch import launch_request
 
 __all__ = ["BaiProvisioner", "LaunchError"]
-
-T = TypeVar("T")
 
 #: The traits that are fields of the session request (the rest steer the launch).
 _REQUEST_TRAITS = (
@@ -228,6 +226,7 @@ class BaiProvisioner(KernelProvisionerBase):
             if self._notebook:
                 meta["notebook_path"] = self._notebook
             session = await sessions.create(self._request(), self.template, meta=meta)
+            hold_with_process(sessions, session.id)
         self.session_id = session.id
         self._released = self._hupped = False
         self.log.info(
