@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import PurePath
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
@@ -32,13 +32,11 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode
 from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
 from .model import ACTIVE, Session, SessionType, Status
-from .reach import find_sessions
+from .reach import find_sessions, hold_with_process
 from .request import RESERVED_PORTS_TEXT
 from .request.kernel_launch import launch_request
 
 __all__ = ["BaiProvisioner", "LaunchError"]
-
-T = TypeVar("T")
 
 #: The traits that are fields of the session request (the rest steer the launch).
 _REQUEST_TRAITS = (
@@ -166,6 +164,7 @@ class BaiProvisioner(KernelProvisionerBase):
         self._sessions: SessionsAPI | None = None
         #: The ended session whose reason is already in the log (poll runs every few seconds).
         self._reported: str | None = None
+        self._waiting: str | None = None  # the session a launch in progress waits for
 
     # --- the manager ------------------------------------------------------------------------
 
@@ -227,11 +226,13 @@ class BaiProvisioner(KernelProvisionerBase):
             if self._notebook:
                 meta["notebook_path"] = self._notebook
             session = await sessions.create(self._request(), self.template, meta=meta)
+            hold_with_process(sessions, session.id)
         self.session_id = session.id
         self._released = self._hupped = False
         self.log.info(
             "bai kernel %s: session %s is %s", self.kernel_id, session.id, session.status.value
         )
+        self._waiting = session.id
         try:
             session = await sessions.wait_for(session.id, ACTIVE, timeout=self.launch_timeout)
         except Timeout:
@@ -251,6 +252,8 @@ class BaiProvisioner(KernelProvisionerBase):
                 _why_pending(waited),
             )
             raise
+        finally:
+            self._waiting = None
         if session.status not in ACTIVE:
             self.session_id = None
             why = await self._why_ended(sessions, session)
@@ -282,6 +285,15 @@ class BaiProvisioner(KernelProvisionerBase):
         if self.session:
             return await sessions.get(key)
         return await sessions.destroy(key, reason=reason)
+
+    async def cancel_launch(self) -> None:
+        """End the session a launch waits for (the server stops mid-restart), not attached ones."""
+        key, self._waiting = self._waiting, None
+        if key is not None and not self.session:
+            try:
+                await (await self._manager()).destroy(key, reason="launch-cancelled")
+            except BaiError as exc:
+                self.log.warning("bai kernel %s: launch not cancelled: %s", self.kernel_id, exc)
 
     @staticmethod
     def _main_connection(session: Session) -> dict[str, Any]:

@@ -7,6 +7,11 @@ shared default store, on an event-loop thread of its own, whose scheduling loop
 and engine watcher keep running whatever the caller's loop does (``run_sync``
 front ends such as ``jupyter console`` and nbclient run theirs only while they
 wait). Every path gives the same :class:`~bai_jupyter.api.SessionsAPI`.
+
+A session a kernel of this process launched on the embedded manager ends with
+the process (``user-requested``) unless the kernel's shutdown ended it first:
+``jupyter console``'s exit asks main1's ipykernel to quit over ZMQ and exits at
+once, before that manager could see main1 go and end its session.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from .registry import (
 if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
     from .manager import BaiSessionManager
 
-__all__ = ["find_sessions", "stop_embedded_manager"]
+__all__ = ["find_sessions", "hold_with_process", "stop_embedded_manager"]
 
 #: How long a launch waits for the manager this process's server extension is starting.
 _REGISTRATION_WAIT = 120.0
@@ -49,12 +54,26 @@ class _Embedded:
         self.thread = LoopThread("bai-jupyter-embedded-manager")
         self.manager: BaiSessionManager = BaiSessionManager(config=config)
         self.started = self.thread.submit(self.manager.start())
+        #: Sessions this process's kernels launched here and still hold: ended at exit.
+        self.held: set[str] = set()
 
     def stop(self) -> None:
-        """Stop the manager (sessions keep running), then the loop."""
+        """End the sessions still held, stop the manager (others keep running), then the loop."""
         if self.started.done() and self.started.exception() is None:
+            self.thread.submit(self._end_held()).result(_EMBEDDED_STOP_TIMEOUT)
             self.thread.submit(self.manager.stop()).result(_EMBEDDED_STOP_TIMEOUT)
         self.thread.stop(_EMBEDDED_STOP_TIMEOUT)
+
+    async def _end_held(self) -> None:
+        async def end(key: str) -> None:
+            try:
+                if not (await self.manager.get(key)).status.is_terminal:
+                    await self.manager.destroy(key, reason="user-requested")
+            except BaiError:
+                pass  # ended, or purged, meanwhile
+
+        keys, self.held = list(self.held), set()
+        await asyncio.gather(*(end(key) for key in keys))
 
 
 _embedded: _Embedded | None = None
@@ -100,6 +119,14 @@ def stop_embedded_manager(only: _Embedded | None = None) -> None:
         embedded, _embedded = _embedded, None
     if embedded is not None:
         embedded.stop()
+
+
+def hold_with_process(sessions: SessionsAPI, key: str) -> None:
+    """``key`` was launched by a kernel of this process: on the embedded manager, it ends
+    when the process exits (one its kernel's shutdown ended already is left as it is)."""
+    embedded = _embedded
+    if embedded is not None and getattr(sessions, "manager", None) is embedded.manager:
+        embedded.held.add(key)
 
 
 async def find_sessions(config: Config) -> tuple[SessionsAPI, str]:

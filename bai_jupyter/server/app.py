@@ -9,6 +9,8 @@ config reaches it, and the CLI reads the very same settings.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from ..registry import (
     unregister_manager,
 )
 from .host import NAME, ApiHost, ManagerStartFailed, Step
-from .launches import LaunchErrorFilter
+from .launches import LaunchErrorFilter, shut_down_kernels
 from .routes import routes
 
 __all__ = ["BaiJupyterApp"]
@@ -100,8 +102,9 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
     )
 
     def initialize_settings(self) -> None:
-        if self.serverapp is not None:  # failed bai launches: one warning line, no traceback
-            self.serverapp.log.addFilter(LaunchErrorFilter())
+        if self.serverapp is not None:
+            self._filter_launch_errors()
+            self._stop_on_sigint()
         self.init_host()
         self.remote: RemoteManager | None = None
         if self.manager_url:
@@ -116,6 +119,31 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         if root is None and self.serverapp is not None:
             root = self.serverapp.root_dir
         self.manager.notebook_root = str(Path(root).expanduser().absolute()) if root else None
+
+    def _filter_launch_errors(self) -> None:
+        """Failed bai launches: one warning line, no traceback. On the server's logger and
+        on its handlers: Jupyter's restarter fails through tornado's logger, whose records
+        reach the handlers but not the server logger's own filters."""
+        assert self.serverapp is not None
+        log = self.serverapp.log
+        launch_errors = LaunchErrorFilter()
+        log.addFilter(launch_errors)
+        for handler in getattr(log, "handlers", ()):
+            handler.addFilter(launch_errors)
+
+    def _stop_on_sigint(self) -> None:
+        """SIGINT stops the server cleanly (its kernels' sessions end) also without a terminal.
+
+        jupyter_server handles SIGINT only when stdin is a terminal (to ask "Shut down?");
+        otherwise Python's KeyboardInterrupt leaves its loop without any clean-up, and
+        every bai session of its kernels keeps running. JupyterHub stops single-user
+        servers with SIGINT and no terminal: treat it as SIGTERM.
+        """
+        assert self.serverapp is not None
+        if threading.current_thread() is not threading.main_thread():
+            return  # an embedding host's business (signals can be set only there)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self.serverapp._signal_stop)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(routes(self))
@@ -157,16 +185,17 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         """End kernel-backed sessions with their kernels, then stop the manager cleanly.
 
         Jupyter shuts its kernels down only after the extensions stopped, when the
-        manager could no longer remove their containers: so do it first. Every step
-        is guarded: one that fails (``shutdown_all`` raises 404 for a kernel whose
-        launch failed) is logged and the rest still run, so the server always exits.
+        manager could no longer remove their containers: so do it first, each kernel to
+        its end (a failed launch's leftover is forgotten, see ``launches``). Every step
+        is guarded: one that fails is logged and the rest still run, so the server
+        always exits.
         """
         kernels = getattr(self.serverapp, "kernel_manager", None)
         manager = self.manager
 
         async def shutdown_kernels() -> None:
             if kernels is not None:
-                await ensure_async(kernels.shutdown_all())
+                await shut_down_kernels(kernels, self.log)
 
         steps: list[Step] = [("shutting kernels down", shutdown_kernels), *self.stop_steps()]
         if manager is not None:

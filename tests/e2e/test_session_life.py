@@ -146,29 +146,47 @@ async def test_ended_sessions_past_retention_are_deleted(tmp_path: Path) -> None
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("where", ["server", "no-server"])
 async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
-    tmp_path: Path, kernel_image: str
+    tmp_path: Path, kernel_image: str, docker_engine: Any, where: str
 ) -> None:
-    """``jupyter console --kernel <bai spec>`` runs code in main1; ``exit`` → TERMINATED."""
+    """``jupyter console --kernel <bai spec>`` runs code in main1; ``exit`` → TERMINATED
+    ``user-requested``, nothing left. ``server``: a session of one kernel through a
+    running server (BAI_JUPYTER_URL). ``no-server``: a cluster of two on the console's
+    embedded manager, which must end it before the process is gone."""
     import pexpect  # type: ignore[import-untyped]
 
+    from bai_jupyter.kernel_plan import LABEL_SESSION
     from bai_jupyter.kernelspecs import kernelspec_json
+    from bai_jupyter.store import Store
 
-    server = start_server(tmp_path / "server", 'c.BaiSessionManager.backend = "docker"\n')
     data = tmp_path / "client-data"
     spec_dir = data / "kernels" / "bai-console"
     spec_dir.mkdir(parents=True)
-    spec = kernelspec_json("bai console", {"resources": {"cpu": "0.5", "mem": "512m"}})
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    config: dict[str, Any] = {"resources": {"cpu": "0.5", "mem": "512m"}}
+    if where == "no-server":
+        config["cluster_size"] = 2
+    (spec_dir / "kernel.json").write_text(json.dumps(kernelspec_json("bai console", config)))
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("BAI_JUPYTER", "JUPYTER"))},
         "JUPYTER_DATA_DIR": str(data),
         "JUPYTER_CONFIG_DIR": str(tmp_path / "client-config"),
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "client-runtime"),
-        "BAI_JUPYTER_URL": server.url,
-        "BAI_JUPYTER_TOKEN": server.token,
         "TERM": "xterm",
     }
+    server = None
+    if where == "server":
+        server = start_server(tmp_path / "server", 'c.BaiSessionManager.backend = "docker"\n')
+        env.update(BAI_JUPYTER_URL=server.url, BAI_JUPYTER_TOKEN=server.token)
+        store_url = f"sqlite:///{tmp_path}/server/store.sqlite"
+    else:
+        (tmp_path / "client-config").mkdir()
+        store_url = f"sqlite:///{tmp_path}/client-store.sqlite"
+        (tmp_path / "client-config" / "jupyter_config.py").write_text(
+            'c.BaiSessionManager.backend = "docker"\n'
+            f"c.BaiSessionManager.store_url = {store_url!r}\n"
+            f"c.BaiSessionManager.data_folders_root = {str(tmp_path / 'folders')!r}\n"
+        )
     console = str(Path(sys.executable).with_name("jupyter-console"))
     try:
         child = pexpect.spawn(
@@ -188,13 +206,94 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
             child.sendline("exit")
             child.expect(pexpect.EOF)
         except pexpect.TIMEOUT:
-            pytest.fail(f"terminal:\n{seen.getvalue()}\nserver:\n{server.tail()}")
+            where_log = server.tail() if server is not None else ""
+            pytest.fail(f"terminal:\n{seen.getvalue()}\nserver:\n{where_log}")
         child.close()
         assert "Traceback" not in seen.getvalue(), seen.getvalue()
-        (session,) = await server.client().list_sessions()
-        ended = await server.client().wait_for(session.id, [Status.TERMINATED], timeout=120)
-        assert (ended.status, ended.status_info) == (Status.TERMINATED, "user-requested"), (
-            ended.status_data
-        )
+        if server is not None:
+            (session,) = await server.client().list_sessions()
+            await server.client().wait_for(session.id, [Status.TERMINATED], timeout=120)
+    finally:
+        if server is not None:
+            server.stop()
+    store = Store(store_url)
+    try:
+        with store.read() as tx:
+            (ended,) = tx.list_sessions()
+    finally:
+        store.close()
+    assert (ended.status, ended.status_info) == (Status.TERMINATED, "user-requested"), (
+        ended.status,
+        ended.status_info,
+        ended.status_data,
+    )
+    assert len(ended.kernels) == (2 if where == "no-server" else 1)
+    left = docker_engine.containers.list(all=True, filters={"label": f"{LABEL_SESSION}={ended.id}"})
+    assert left == [], [(c.name, c.status) for c in left]
+
+
+@pytest.mark.docker
+async def test_sigterm_after_a_failed_attach_launch_stops_at_once_and_removes_everything(
+    tmp_path: Path, kernel_image: str, docker_engine: Any
+) -> None:
+    """A notebook's session ended through the API (the sidebar), its stale attach
+    kernelspec launched (503), then SIGTERM while Jupyter's restarter is bringing the
+    notebook's kernel back: the server exits within seconds, rc 0, no traceback in its
+    log, and no container of either session is left."""
+    import signal
+    import time
+
+    from bai_jupyter.kernel_plan import LABEL_SESSION
+    from bai_jupyter.kernelspecs import kernelspec_json
+    from bai_jupyter.store import Store
+
+    root = tmp_path / "server"
+    spec_dir = root / "data" / "kernels" / "bai-test"
+    spec_dir.mkdir(parents=True)
+    spec = kernelspec_json("bai test", {"resources": {"cpu": "0.5", "mem": "256m"}})
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    server = start_server(root, 'c.BaiSessionManager.backend = "docker"\n')
+    try:
+        client = server.client()
+        notebook = {"type": "notebook", "path": "a.ipynb", "kernel": {"name": "bai-test"}}
+        reply = await server.fetch("POST", "api/sessions", notebook)
+        assert reply.code == 201, (reply.body, server.tail())
+        (session,) = await client.list_sessions(statuses=[Status.RUNNING])
+        reply = await server.fetch("POST", f"bai/api/v1/sessions/{session.id}/kernelspec")
+        assert reply.code == 201, reply.body
+        attach = {"type": "notebook", "path": "b.ipynb", "kernel": {"name": ""}}
+        attach["kernel"] = {"name": json.loads(reply.body)["name"]}
+        await client.destroy(session.id)  # the sidebar's "end session"
+        ended = await client.wait_for(session.id, [Status.TERMINATED], timeout=60)
+        assert ended.status_info == "user-requested", ended.status_data
+        reply = await server.fetch("POST", "api/sessions", attach)  # the stale launcher card
+        assert reply.code == 503, (reply.code, reply.body, server.tail())
+        for _ in range(100):  # Jupyter's restarter brings the notebook's kernel back
+            if any(s.id != session.id for s in await client.list_sessions()):
+                break
+            await asyncio.sleep(0.1)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout=30)
+        except Exception:
+            pytest.fail(f"the server still runs 30 s after SIGTERM:\n{server.tail()}")
+        took = time.monotonic() - started
     finally:
         server.stop()
+    log = server.log.read_text(errors="replace")
+    assert server.proc.returncode == 0, log[-4000:]
+    assert "Traceback" not in log, log[-6000:]
+    assert took < 10, (took, log[-4000:])
+    store = Store(f"sqlite:///{root}/store.sqlite")
+    try:
+        with store.read() as tx:
+            sessions = tx.list_sessions()
+    finally:
+        store.close()
+    assert all(s.status.is_terminal for s in sessions), [(s.id, s.status) for s in sessions]
+    for each in sessions:
+        left = docker_engine.containers.list(
+            all=True, filters={"label": f"{LABEL_SESSION}={each.id}"}
+        )
+        assert left == [], (each.id, each.status, [(c.name, c.status) for c in left])

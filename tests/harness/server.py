@@ -184,6 +184,7 @@ c.BaiSessionManager.pass_interval = 1.0
                 "--ip=127.0.0.1",
                 *(args or []),
             ],
+            stdin=subprocess.DEVNULL,  # no terminal, as JupyterHub starts servers
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

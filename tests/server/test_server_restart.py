@@ -109,10 +109,14 @@ async def test_sessions_survive_a_killed_server(tmp_path: Path, kernel_image: st
         second.stop()
 
 
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
 async def test_a_clean_shutdown_ends_kernel_sessions_with_their_kernels(
-    tmp_path: Path, kernel_image: str, docker_engine: Any
+    tmp_path: Path, kernel_image: str, docker_engine: Any, how: str
 ) -> None:
-    """SIGTERM: Jupyter's kernels go first, while the manager can still remove containers."""
+    """SIGTERM, or SIGINT with no terminal (JupyterHub's stop: the server's stdin is not a
+    tty): Jupyter's kernels go first, while the manager can still remove containers."""
+    import signal
+
     from bai_jupyter.kernel_plan import LABEL_SESSION
     from bai_jupyter.kernelspecs import kernelspec_json
     from bai_jupyter.store import Store
@@ -130,6 +134,8 @@ async def test_a_clean_shutdown_ends_kernel_sessions_with_their_kernels(
         (session,) = await server.client().list_sessions(statuses=[Status.RUNNING])
         assert session.meta["jupyter_kernel_id"] == kernel_id
         api_made = await server.client().create({"starts_at": 4e9})  # not kernel-backed
+        server.proc.send_signal(getattr(signal, how))
+        server.proc.wait(timeout=60)
     finally:
         server.stop()
     assert server.proc.returncode == 0, server.tail()
