@@ -34,7 +34,7 @@ from .errors import BaiError, Timeout, Unavailable
 from .model import ACTIVE, Session, SessionType, Status
 from .reach import find_sessions, hold_with_process
 from .request import RESERVED_PORTS_TEXT
-from .request.kernel_launch import launch_request
+from .request.kernel_launch import ended_error, launch_request
 
 __all__ = ["BaiProvisioner", "LaunchError"]
 
@@ -207,10 +207,7 @@ class BaiProvisioner(KernelProvisionerBase):
                 self._released = self._hupped = False  # a restart in place
                 return self._connection(current)
             if self.session:
-                raise Unavailable(
-                    f"session {self.session} has ended "
-                    f"({current.status.value}, {current.status_info}); attach to a running one"
-                )
+                raise ended_error(current)
             self.session_id = None  # it ended (the kernel died): a restart gets a new session
         if self.session:
             session = await sessions.get(self.session)
@@ -219,6 +216,8 @@ class BaiProvisioner(KernelProvisionerBase):
                     f"session {self.session} is a "
                     f"{session.spec.type.value} session; only interactive ones run a kernel"
                 )
+            if session.status.is_terminal or session.status is Status.TERMINATING:
+                raise ended_error(session)  # a launcher card clicked before it went: no log tail
         else:
             meta: dict[str, Any] = {"jupyter_kernel_id": self.kernel_id}
             if self.mount_notebook_dir and self._cwd:

@@ -3,8 +3,10 @@
 JupyterLab starts kernels by kernelspec name only, so attaching a notebook to a
 session made elsewhere (the new-session dialog, the API) needs a kernelspec of its
 own: ``bai-session-<id[:12]>``, whose provisioner config names the session. It is
-written in this server's Jupyter data directory; those of sessions that have ended
-are removed whenever another one is written.
+written in this server's Jupyter data directory and removed when its session ends
+(:func:`remove_attach`, called as the host follows the sessions' events, so
+JupyterLab's launcher drops its card); whatever is left of sessions that ended while
+no server followed them is removed whenever another one is written.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..kernelspecs import install, installed, kernelspec_json
 from ..model import SessionType, Status
 from .base import BaiHandler
 
-__all__ = ["AttachKernelspecHandler", "attach_name"]
+__all__ = ["AttachKernelspecHandler", "attach_name", "remove_attach"]
 
 PREFIX = "bai-session-"
 
@@ -29,6 +31,21 @@ PREFIX = "bai-session-"
 def attach_name(session_id: str) -> str:
     """The kernelspec name that attaches to ``session_id``."""
     return PREFIX + session_id[:12]
+
+
+def remove_attach(session_id: str) -> bool:
+    """Remove the kernelspec attaching to ``session_id`` (it ended), if this host wrote one.
+
+    Blocking (files): call it in a thread. Only a kernelspec of that name whose config
+    names this very session goes (a 12-character prefix could name another one).
+    """
+    name = attach_name(session_id)
+    for entry in installed():
+        if entry.name == name and entry.config.get("session") == session_id:
+            with contextlib.suppress(NoSuchKernel, OSError):
+                KernelSpecManager().remove_kernel_spec(name)
+                return True
+    return False
 
 
 class AttachKernelspecHandler(BaiHandler):

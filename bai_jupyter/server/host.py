@@ -25,7 +25,9 @@ from ..endpoints import Router
 from ..errors import BaiError, Unavailable
 from ..manager import BaiSessionManager, ScopedManager
 from ..model import Status
+from ..request.kernel_launch import ended_text
 from .activity import ActivityNotes
+from .attach import attach_name, remove_attach
 from .events import end_stream
 from .kernel_access import KernelAccess
 from .kernel_runs import KernelRuns
@@ -156,6 +158,8 @@ class ApiHost(LoggingConfigurable):
         self._upstream: KeepAliveClient | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.access: KernelAccess | None = None
+        #: Attach kernelspecs removed as their session ended: name → what a launch on it gets.
+        self.ended_attach: dict[str, str] = {}
         #: Why the manager this host owns could not start (None: it started, or has not yet).
         self.start_error: str | None = None
 
@@ -234,11 +238,32 @@ class ApiHost(LoggingConfigurable):
             self.log.info("bai-jupyter: kernels reach the API at %s (%s)", url, address)
 
     async def _follow_sessions(self, manager: BaiSessionManager) -> None:
-        """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client."""
+        """Keep the proxy's lookup fresh; a session leaving RUNNING takes its kernel client,
+        and one that ended its attach kernelspec (JupyterLab's launcher drops the card)."""
         async for event in manager.events():
             self.running.forget(event["session_id"])
             if event["status"] != Status.RUNNING.value:
                 self.runs.forget(event["session_id"])
+            if Status(event["status"]).is_terminal:
+                await self._forget_attach(event)
+
+    async def _forget_attach(self, event: Mapping[str, Any]) -> None:
+        """Remove an ended session's attach kernelspec, remembering what a launch on it (a
+        launcher card not yet dropped) is answered."""
+        session_id = event["session_id"]
+        try:
+            removed = await asyncio.to_thread(remove_attach, session_id)
+        except Exception as exc:  # a data dir that cannot be read must not stop the follower
+            self.log.warning(
+                "bai-jupyter: kernelspec of session %s not removed: %s", session_id, exc
+            )
+            return
+        if removed:
+            why = event.get("status_info") or event["status"]
+            self.ended_attach[attach_name(session_id)] = ended_text(
+                event.get("name") or session_id, why
+            )
+            self.log.info("bai-jupyter: session %s ended; its kernelspec is removed", session_id)
 
     def stop_steps(self) -> list[Step]:
         """Ending streams and clients, then the manager this host owns."""

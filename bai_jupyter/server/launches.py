@@ -49,6 +49,7 @@ class SessionsLaunchHandler(SessionRootHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
+        self._refuse_ended_attach()
         try:
             await ensure_async(super().post())
         except web.HTTPError as exc:
@@ -56,6 +57,20 @@ class SessionsLaunchHandler(SessionRootHandler):
             if exc.status_code == 500 and cause is not None:
                 raise cause from None  # its own status: 4xx, or 504 for a launch_timeout
             raise
+
+    def _refuse_ended_attach(self) -> None:
+        """A notebook on the attach kernelspec of a session that ended (a launcher card
+        JupyterLab has not dropped yet): one line saying so, not "kernel not available"."""
+        host = self.settings.get("bai_jupyter")  # host.NAME (host imports this module's routes)
+        ended: dict[str, str] = getattr(host, "ended_attach", {})
+        model = self.get_json_body() or {}
+        kernel = model.get("kernel") if isinstance(model, dict) else None
+        name = kernel.get("name") if isinstance(kernel, dict) else None
+        if not isinstance(name, str) or name not in ended:
+            return
+        if name in self.kernel_spec_manager.find_kernel_specs():
+            return  # written again since (a session of the same id prefix): launch it
+        raise LaunchError(503, ended[name])
 
 
 class LaunchErrorFilter(logging.Filter):

@@ -58,6 +58,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
     sessionsManager.runningChanged.connect(trackKernels);
     trackKernels();
 
+    // An ended session's attach kernelspec is gone from the server: read the kernelspecs
+    // now (JupyterLab's own poll is a minute apart), once for a burst of endings, so the
+    // launcher drops its card before anyone clicks it.
+    let specsTimer: ReturnType<typeof setTimeout> | null = null;
+    live.ended.connect(() => {
+      specsTimer ??= setTimeout(() => {
+        specsTimer = null;
+        void app.serviceManager.kernelspecs.refreshSpecs();
+      }, 200);
+    });
+
     const openNotebook = async (session: SessionJSON) => {
       try {
         const name = await client.attachKernelspec(session.id);

@@ -8,13 +8,17 @@
  * and pools: it is nobody's session). Sessions are never polled;
  * endpoints are read again every few seconds only while the sidebar shows them and
  * one is not steady (a replica starting, failing its checks or draining: no event
- * says when that ends) or serves requests (its load moves).
+ * says when that ends) or serves requests (its load moves). `ended` says which
+ * session ended, as its event comes (the server has removed its attach kernelspec:
+ * the plugin reads the kernelspecs again, so the launcher drops its card).
  */
+import { ISignal, Signal } from '@lumino/signaling';
+
 import { ApiError, BaiClient } from './api';
 import { EndpointJSON, refreshDelay, replicaOf } from './endpoints';
 import { isWarmEvent, PoolJSON } from './pools';
 import { BaiState } from './store';
-import { SessionEvent, Status } from './types';
+import { ENDED, SessionEvent, Status } from './types';
 
 export class LiveState {
   readonly state = new BaiState();
@@ -26,12 +30,18 @@ export class LiveState {
   private endpointReads = 0;
   /** Whether a view shows the endpoints (only then are they polled). */
   private watching = false;
+  private readonly _ended = new Signal<this, string>(this);
 
   constructor(
     readonly client: BaiClient,
     /** Admins may ask for everyone's sessions (the setting `showAllSessions`). */
     private all = false
   ) {}
+
+  /** A session ended (its id), as its event came. */
+  get ended(): ISignal<this, string> {
+    return this._ended;
+  }
 
   start(): void {
     void this.client.events(
@@ -147,6 +157,9 @@ export class LiveState {
 
   private async onEvent(event: SessionEvent): Promise<void> {
     const folded = this.state.fold(event);
+    if (ENDED.has(event.status)) {
+      this._ended.emit(event.session_id);
+    }
     // A pending session's event may be a scheduler pass's new why-pending record:
     // its place in the queue may have moved too.
     if (folded.statusChanged || event.status === Status.PENDING) {

@@ -272,3 +272,16 @@ it('shows no pools for a server without them, and the rest as usual', async () =
   expect(live.state.sessions.size).toBe(2);
   live.dispose();
 });
+
+it('says which session ended, as its event comes (the plugin reads the kernelspecs again)', async () => {
+  const { client, live } = await started();
+  const ended: string[] = [];
+  live.ended.connect((_, id) => ended.push(id));
+  client.handlers!.event(event(OTHER, 'RUNNING'));
+  client.handlers!.event(event(OTHER, 'TERMINATING'));
+  expect(ended).toEqual([]);
+  client.handlers!.event(event(OTHER, 'TERMINATED'));
+  await jest.advanceTimersByTimeAsync(100);
+  expect(ended).toEqual([OTHER]);
+  live.dispose();
+});

@@ -408,7 +408,7 @@ async def test_attach_kernelspec_names_the_session_and_goes_with_it(server: Serv
         "POST", f"bai/api/v1/sessions/{made[2]}/kernelspec", token="alice-token"
     )
     assert (refused.code, body(refused)["error"]) == (400, "invalid-request")
-    # Once the session has ended: 409, and the next attach removes its kernelspec.
+    # Once the session has ended: 409, and its kernelspec is gone.
     await server.fetch("DELETE", f"bai/api/v1/sessions/{made[0]}", token="alice-token")
     ended = await server.fetch(
         "POST", f"bai/api/v1/sessions/{made[0]}/kernelspec", token="alice-token"
@@ -421,6 +421,43 @@ async def test_attach_kernelspec_names_the_session_and_goes_with_it(server: Serv
     assert name not in await specs() and body(second)["name"] in await specs()
     for sid in made[1:]:
         await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token="alice-token")
+
+
+async def test_an_ended_sessions_kernelspec_goes_and_a_stale_launch_says_so(server: Server) -> None:
+    """JupyterLab's launcher shows a card per kernelspec: one of an ended session goes at
+    once; a launch on one that is still there (a card clicked before it went) answers in
+    one line, without the broken-image message and main1's log."""
+
+    async def specs() -> dict[str, Any]:
+        reply = await server.fetch("GET", "api/kernelspecs", token="alice-token")
+        return dict(body(reply)["kernelspecs"])
+
+    request = {"name": "attach-gone", "starts_at": FUTURE}
+    sid = body(await server.fetch("POST", "bai/api/v1/sessions", request, token="alice-token"))[
+        "id"
+    ]
+    made = await server.fetch("POST", f"bai/api/v1/sessions/{sid}/kernelspec", token="alice-token")
+    name = body(made)["name"]
+    spec = (await specs())[name]
+    await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token="alice-token")
+    deadline = time.monotonic() + 5
+    while name in await specs():
+        assert time.monotonic() < deadline, f"{name} outlived its session\n{server.tail()}"
+        await asyncio.sleep(0.2)
+    line = "session attach-gone has ended (user-requested); start a new one"
+    # A notebook on it from a card JupyterLab has not dropped yet (it has the spec cached).
+    notebook = {"path": "stale.ipynb", "type": "notebook", "kernel": {"name": name}}
+    reply = await server.fetch("POST", "api/sessions", notebook, token="alice-token")
+    assert (reply.code, body(reply)["message"]) == (503, line), reply.body
+    # The kernelspec itself back (its session ended while no server followed it).
+    kernel_json = server.log.parent / "data" / "kernels" / name / "kernel.json"  # the root
+    kernel_json.parent.mkdir(parents=True)
+    kernel_json.write_text(json.dumps(spec["spec"]))
+    reply = await server.fetch("POST", "api/kernels", {"name": name}, token="alice-token")
+    assert reply.code == 503, (reply.code, reply.body)
+    message = body(reply)["message"]
+    assert message.endswith(": " + line) and "\n" not in message, message
+    kernel_json.unlink()
 
 
 # --- scheduler, agents, templates --------------------------------------------------------------
