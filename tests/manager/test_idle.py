@@ -9,13 +9,15 @@ own Jupyter kernels through a real kernel client.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_manager, started_manager
+from conftest import make_manager, skip_or_fail, started_manager
 from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from bai_jupyter.idleness import idle_view
@@ -197,6 +199,76 @@ async def test_a_check_that_read_the_list_before_a_session_ran_keeps_its_kernel_
         assert ran.status is Status.RUNNING, (ran.status, ran.status_info)
     finally:
         client.stop_channels()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_an_sftp_connection_opened_just_before_the_idle_deadline_is_counted(
+    tmp_path: Path, kernel_image: str
+) -> None:
+    """A system session's open SFTP connections are counted every quarter of its idle
+    timeout (10 s at most): one opened after the last count and before the deadline is
+    seen by one last count before the session would end, and keeps it.
+
+    The watch's own looks are an hour apart here; the test makes them itself: one count
+    (nothing open), the connection, the deadline passing, then the look that decides."""
+    if shutil.which("sftp") is None:
+        skip_or_fail("no sftp client (apt-get install openssh-client)")
+    mgr = make_manager(
+        tmp_path,
+        "docker",
+        watchdog_interval=3600,  # every look below is the test's own
+        # Long enough to count, connect and look again before it (on a loaded host).
+        resource_groups={"default": {"idle": {"idle_timeout": 10}}},
+    )
+    async with started_manager(mgr):
+        files = await _running(
+            mgr, await mgr.create({"type": "system", "resources": SMALL}, "dave")
+        )
+        await mgr.idle.check()  # counts the connections: none
+        rules = (await mgr.get(files.id)).status_data["idle"]["rules"]
+        deadline = rules["idle_timeout"]["deadline"]
+
+        sftp = files.main.info["sftp"]
+        (tmp_path / "key").write_text(sftp["private_key"])
+        (tmp_path / "key").chmod(0o600)
+        (tmp_path / "known_hosts").write_text(sftp["known_hosts"] + "\n")
+        held = await asyncio.create_subprocess_exec(
+            "sftp", "-P", str(sftp["port"]), "-i", str(tmp_path / "key"),
+            "-o", f"UserKnownHostsFile={tmp_path / 'known_hosts'}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+            f"{sftp['user']}@{sftp['host']}",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            assert held.stdin is not None and held.stdout is not None
+            held.stdin.write(b"pwd\n")  # answered once the connection is up
+            line = await asyncio.wait_for(held.stdout.readline(), 30)
+            while b"Remote working directory" not in line:
+                assert line, "the sftp client ended"
+                line = await asyncio.wait_for(held.stdout.readline(), 30)
+            assert time.time() < deadline, "the connection came too late for this test"
+            await asyncio.sleep(deadline - time.time() + 0.2)
+
+            await mgr.idle.check()  # past the deadline, with a connection open
+            await asyncio.sleep(1)  # an end it spawned would have begun
+            kept = await mgr.get(files.id)
+            assert kept.status is Status.RUNNING, (kept.status, kept.status_info)
+            # Noted as use (the store's record is rewritten only when a deadline moves
+            # by more than the interval: here, never).
+            used_at, used = mgr.activity.last(files.id) or (0.0, "")
+            assert used == "sftp" and used_at > deadline, mgr.activity.last(files.id)
+        finally:
+            held.kill()
+            await held.wait()
+
+        # Closed, the next look past the (moved) deadline ends it as idle.
+        await asyncio.sleep(max(0.0, used_at + 10 - time.time()) + 0.2)
+        await mgr.idle.check()
+        ended = await _ended(mgr, files.id)
+        assert ended.status_info == "idle-timeout"
 
 
 def test_utilization_says_when_a_quiet_session_would_end() -> None:

@@ -101,8 +101,27 @@ class IdleWatch:
             return
         # What takes time first (the agents' answers); then decide on what is known now,
         # so that activity noted meanwhile counts.
-        await self._watch_use(session, rules)
+        probed = await self._watch_use(session, rules)
         util = await self._utilization(session, rules) if rules.utilization else None
+        deadlines, last, source = self._deadlines(session, rules, util)
+        due = sorted((entry["deadline"], name) for name, entry in deadlines.items())
+        idle_now = bool(due) and due[0][1] == IDLE_TIMEOUT and due[0][0] <= time.time()
+        if idle_now and not probed and session.spec.type is SessionType.SYSTEM:
+            # One last count before ending it: a connection opened since the last one is
+            # use (counts are up to 10 s apart), then the deadlines again.
+            self._probed[session.id] = time.monotonic()
+            await self._probe_sftp(session)
+            deadlines, last, source = self._deadlines(session, rules, util)
+            due = sorted((entry["deadline"], name) for name, entry in deadlines.items())
+        if due and due[0][0] <= time.time():
+            self._ending.add(session.id)
+            self.core.spawn(self._end(session.id, REASONS[due[0][1]]))
+        await self._record(session, deadlines, last, source)
+
+    def _deadlines(
+        self, session: Session, rules: IdleRules, util: dict[str, Any] | None
+    ) -> tuple[dict[str, dict[str, Any]], float, str]:
+        """Each rule's deadline (with its timeout and source), and the last use seen."""
         last, source = self._last_activity(session)
         deadlines: dict[str, dict[str, Any]] = {}
         if rules.idle_timeout:
@@ -119,17 +138,14 @@ class IdleWatch:
             deadlines[UTILIZATION] = util
         for name, entry in deadlines.items():
             entry["source"] = rules.sources.get(name)
-        due = sorted((entry["deadline"], name) for name, entry in deadlines.items())
-        if due and due[0][0] <= time.time():
-            self._ending.add(session.id)
-            self.core.spawn(self._end(session.id, REASONS[due[0][1]]))
-        await self._record(session, deadlines, last, source)
+        return deadlines, last, source
 
-    async def _watch_use(self, session: Session, rules: IdleRules) -> None:
+    async def _watch_use(self, session: Session, rules: IdleRules) -> bool:
         """Follow main1's kernel (interactive), probe open SFTP connections (system): at
-        most every quarter of the idle timeout (10 s at most), not at every check."""
+        most every quarter of the idle timeout (10 s at most), not at every check, and
+        once more before the idle timeout ends it. Whether it probed now."""
         if not rules.idle_timeout:
-            return
+            return False
         if session.spec.type is SessionType.INTERACTIVE:
             self.activity.follow_kernel(session)
         elif session.spec.type is SessionType.SYSTEM:
@@ -138,6 +154,8 @@ class IdleWatch:
             if now - self._probed.get(session.id, -every) >= every:
                 self._probed[session.id] = now
                 await self._probe_sftp(session)
+                return True
+        return False
 
     def _last_activity(self, session: Session) -> tuple[float, str]:
         """The latest of what this manager saw, what the store has, and the start."""
