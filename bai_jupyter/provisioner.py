@@ -31,7 +31,8 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode
 
 from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
-from .model import ACTIVE, Session, SessionType, Status
+from .kernel_end import ended_notice, exit_code, why_pending
+from .model import ACTIVE, Session, SessionType, ended_on_purpose
 from .reach import find_sessions, hold_with_process
 from .request import RESERVED_PORTS_TEXT
 from .request.kernel_launch import ended_error, launch_request
@@ -64,24 +65,6 @@ class LaunchError(HTTPError):
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(status, message.replace("%", "%%"))
-
-
-def _exit_code(session: Session) -> int | None:
-    """The 'process' exit code of a session: ``None`` while it is queued, starting or running."""
-    if not session.status.is_terminal:
-        return None
-    if session.status is Status.TERMINATED:
-        return session.exit_code or 0
-    code = session.status_data.get("exit_code")
-    return code if isinstance(code, int) and code != 0 else 1
-
-
-def _why_pending(session: Session) -> str:
-    """Why it waited: the session's ``pending_reason`` and how many passes tried it."""
-    if not session.pending_reason:
-        return "the scheduler has not tried it yet"
-    tries = session.scheduler_data.get("retries")
-    return session.pending_reason + (f" (after {tries} scheduling tries)" if tries else "")
 
 
 class BaiProvisioner(KernelProvisionerBase):
@@ -239,7 +222,7 @@ class BaiProvisioner(KernelProvisionerBase):
             raise Timeout(
                 f"session {session.id} did not start within "
                 f"launch_timeout={self.launch_timeout:g} s and was cancelled; it waited "
-                f"because: {_why_pending(session)}. Free resources (end other sessions), ask "
+                f"because: {why_pending(session)}. Free resources (end other sessions), ask "
                 f"for less, or raise launch_timeout."
             ) from None
         except asyncio.CancelledError:
@@ -248,7 +231,7 @@ class BaiProvisioner(KernelProvisionerBase):
                 "bai kernel %s: launch cancelled; session %s was cancelled (it waited because: %s)",
                 self.kernel_id,
                 waited.id,
-                _why_pending(waited),
+                why_pending(waited),
             )
             raise
         finally:
@@ -267,7 +250,7 @@ class BaiProvisioner(KernelProvisionerBase):
         why = f"{session.status.value} ({session.status_info})"
         detail = str(session.status_data.get("error") or "")
         if not detail and not session.kernels:
-            detail = _why_pending(session)
+            detail = why_pending(session)
         try:
             log = (await sessions.logs(session.id)).strip()
         except BaiError:
@@ -316,18 +299,35 @@ class BaiProvisioner(KernelProvisionerBase):
             return 0
         sessions = await self._manager()
         session = await sessions.get(self.session_id)
-        code = _exit_code(session)
-        if code and self._reported != session.id:  # Jupyter only says "the kernel died"
+        code = exit_code(session)
+        if code is None or self._reported == session.id:
+            return code
+        if ended_on_purpose(session.status, session.status_info):
+            self._reported = session.id
+            self._no_restart(ended_notice(session))
+        elif code:  # Jupyter only says "the kernel died"
             self._reported = session.id
             why = await self._why_ended(sessions, session)
             self.log.warning("bai kernel %s: session %s ended: %s", self.kernel_id, session.id, why)
         return code
 
+    def _no_restart(self, notice: str) -> None:
+        """A session ended on purpose ends its kernel: Jupyter's restarter, which polls
+        right after this, takes its "restart failed" path (no launch, no new session);
+        the server drops the kernel and tells its clients it is dead."""
+        self.log.warning("bai kernel %s: %s", self.kernel_id, notice)
+        kernel = self.parent
+        if kernel is not None and kernel.has_trait("reason"):
+            kernel.reason = notice
+        restarter = getattr(kernel, "_restarter", None)  # jupyter_client's, when autorestart
+        if restarter is not None:
+            restarter.restart_limit = 0
+
     async def wait(self) -> int | None:
         if self.session_id is None or self._released:
             return 0
         session = await (await self._manager()).wait_for(self.session_id, ())
-        return _exit_code(session)
+        return exit_code(session)
 
     async def send_signal(self, signum: int) -> None:
         """Signals go to main1's runtime: SIGINT interrupts the ipykernel, SIGHUP restarts it."""

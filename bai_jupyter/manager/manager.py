@@ -250,10 +250,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         return await self.core.list_sessions(owner, statuses)
 
     async def destroy(
-        self, key: str, owner: str | None = None, reason: str = "user-requested"
+        self, key: str, owner: str | None = None, reason: str = "user-requested", by: str = ""
     ) -> Session:
-        """Cancel a pending session, or terminate a starting or running one."""
-        return await self.lifecycle.destroy(key, owner, reason)
+        """Cancel a pending session, or terminate a starting or running one (``by``: who)."""
+        return await self.lifecycle.destroy(key, owner, reason, by)
 
     async def purge(self, key: str, owner: str | None = None) -> Session:
         """Delete an ended session's record (its logs too); Conflict while it has not ended."""

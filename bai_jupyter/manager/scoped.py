@@ -128,7 +128,7 @@ class ScopedManager:
 
         async def call() -> Session:
             session = await self._resolve(key, "write")
-            return await self.manager.destroy(session.id, reason=reason)
+            return await self.manager.destroy(session.id, reason=reason, by=self.owner)
 
         return await self._run(call())
 

@@ -31,6 +31,7 @@ from .spec import (
 )
 from .status import (
     ACTIVE,
+    DIED,
     NOT_ENDED,
     OCCUPYING,
     STARTING,
@@ -39,11 +40,13 @@ from .status import (
     IllegalTransition,
     Status,
     check_transition,
+    ended_on_purpose,
 )
 from .status_data import StatusData
 
 __all__ = [
     "ACTIVE",
+    "DIED",
     "ID_KEY_RE",
     "MAIN_ROLE",
     "MAX_REASON",
@@ -70,6 +73,7 @@ __all__ = [
     "StatusData",
     "check_transition",
     "cluster_hostnames",
+    "ended_on_purpose",
     "is_id_key",
     "new_id",
     "pending_reason",

@@ -61,6 +61,27 @@ NOT_ENDED = tuple(s for s in Status if s not in TERMINAL)
 ACTIVE = frozenset({Status.RUNNING, Status.RESTARTING})
 OCCUPYING = frozenset({*STARTING, *ACTIVE, Status.TERMINATING})
 
+#: Reasons (``status_info``) of a session that died or never ran, rather than one someone
+#: ended: a Jupyter kernel on such a session may restart (on a new session).
+DIED = frozenset(
+    {
+        "kernel-died",
+        "oom-killed",
+        "kernel-lost",
+        "agent-lost",
+        "network-disconnected",
+        "hang-timeout",
+        "start-interrupted",
+        "failed-to-start",
+    }
+)
+
+
+def ended_on_purpose(status: Status, info: str | None) -> bool:
+    """Ended by someone (its owner, an admin, their idle or lifetime rules, a kernel's
+    own clean exit), not by a death: its Jupyter kernel ends too and does not restart."""
+    return status in (Status.TERMINATED, Status.CANCELLED) and info not in DIED
+
 
 class IllegalTransition(RuntimeError):
     """A state change the lifecycle table does not allow."""

@@ -23,6 +23,8 @@ class StatusData(TypedDict, total=False):
     #: separated), and its exit code.
     kernel: str
     exit_code: int | None
+    #: Ended through the API (a DELETE, the sidebar, a kernel's shutdown): the caller.
+    ended_by: str
     #: ``agent-lost``: the agent that stopped answering and the kernels it held.
     agent: str
     kernels: list[str]

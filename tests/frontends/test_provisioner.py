@@ -32,7 +32,7 @@ from traitlets.config import Config
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.kernel_plan import LABEL_SCOPE, LABEL_SESSION
-from bai_jupyter.manager import BaiSessionManager
+from bai_jupyter.manager import BaiSessionManager, ScopedManager
 from bai_jupyter.model import Session, Status
 from bai_jupyter.provisioner import BaiProvisioner
 from bai_jupyter.registry import local_owner, register_manager, unregister_manager
@@ -312,3 +312,48 @@ async def test_a_kernel_attached_to_a_session_leaves_it_running(
     await jp_fetch("api", "kernels", kernel_id, method="DELETE")
     assert (await manager.get(session.id)).status is Status.RUNNING
     assert [s.id for s in await manager.list_sessions()] == [session.id]
+
+
+async def _listed(fetch: Fetch) -> list[str]:
+    return [k["id"] for k in json.loads((await fetch("api", "kernels")).body)]
+
+
+async def test_a_session_ended_on_purpose_ends_its_kernel_without_a_restart(
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any, caplog: Any
+) -> None:
+    _install("bai-small", resources=SMALL)
+    kernel_id = await _start(jp_fetch, "bai-small")
+    await jp_serverapp.kernel_manager.get_kernel(kernel_id).ready
+    session = await _session_of(manager, kernel_id)
+    # What the sidebar's Terminate and DELETE /bai/sessions/<id> call, as the owner.
+    await ScopedManager(manager, local_owner()).destroy(session.id)
+    for _ in range(30):
+        if kernel_id not in await _listed(jp_fetch):
+            break
+        await asyncio.sleep(0.5)
+    assert kernel_id not in await _listed(jp_fetch)  # Jupyter dropped the dead kernel
+    await asyncio.sleep(4)  # longer than the restarter's poll: a restart would show now
+    sessions = await manager.list_sessions()
+    assert [(s.id, s.status) for s in sessions] == [(session.id, Status.TERMINATED)]
+    assert f"was ended (user-requested) by {local_owner()}" in caplog.text
+
+
+async def test_a_session_that_died_restarts_its_kernel_on_a_new_session(
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any, docker_engine: Any
+) -> None:
+    _install("bai-small", resources=SMALL)
+    kernel_id = await _start(jp_fetch, "bai-small")
+    await jp_serverapp.kernel_manager.get_kernel(kernel_id).ready
+    died = await _session_of(manager, kernel_id)
+    (main1,) = _containers(docker_engine, f"{LABEL_SESSION}={died.id}")
+    main1.kill()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        sessions = await manager.list_sessions()
+        if len(sessions) == 2 and sessions[1].status is Status.RUNNING:
+            break
+        await asyncio.sleep(0.5)
+    assert (await manager.get(died.id)).status is Status.ERROR
+    assert [s.meta["jupyter_kernel_id"] for s in sessions] == [kernel_id, kernel_id]
+    assert sessions[1].status is Status.RUNNING
+    assert kernel_id in await _listed(jp_fetch)

@@ -62,9 +62,10 @@ class Lifecycle:
     # --- ending -------------------------------------------------------------------------------
 
     async def destroy(
-        self, key: str, owner: str | None = None, reason: str = "user-requested"
+        self, key: str, owner: str | None = None, reason: str = "user-requested", by: str = ""
     ) -> Session:
-        """Cancel a pending session, or terminate a starting or running one."""
+        """Cancel a pending session, or terminate a starting or running one; ``by``: the
+        caller who ended it (recorded as ``ended_by``; none: the manager's own rules)."""
         core = self.core
         session = await core.get(key, owner)
         if session.status is Status.PENDING:
@@ -83,6 +84,8 @@ class Lifecycle:
             # there first: then that one removes it.
             if not (s.status.is_terminal or s.status is Status.TERMINATING):
                 move(s, Status.TERMINATING, time.time(), reason)
+                if by:
+                    s.status_data = {**s.status_data, "ended_by": by}
                 ours = True
 
         session = await core.edit(session.id, terminating)
