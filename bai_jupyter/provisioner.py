@@ -32,7 +32,7 @@ from traitlets import Bool, Dict, Float, Int, List, Unicode
 from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
 from .kernel_end import ended_notice, exit_code, why_pending
-from .model import ACTIVE, Session, SessionType, ended_on_purpose
+from .model import ACTIVE, Session, SessionType, Status, ended_on_purpose
 from .reach import find_sessions, hold_with_process
 from .request import RESERVED_PORTS_TEXT
 from .request.kernel_launch import ended_error, launch_request
