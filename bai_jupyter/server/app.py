@@ -107,9 +107,6 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
             self._stop_on_sigint()
         self.init_host()
         self.remote: RemoteManager | None = None
-        #: The notebooks' root this server mounts for notebooks (None: none, or a
-        #: manager elsewhere, which does not know this server's files).
-        self.notebook_root: str | None = None
         if self.manager_url:
             self.remote = RemoteManager(self.manager_url, self.manager_token)
             self.log.info(
@@ -121,8 +118,7 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         root = self.notebook_dir
         if root is None and self.serverapp is not None:
             root = self.serverapp.root_dir
-        self.notebook_root = str(Path(root).expanduser().absolute()) if root else None
-        self.manager.notebook_root = self.notebook_root
+        self.manager.notebook_root = str(Path(root).expanduser().absolute()) if root else None
 
     def _filter_launch_errors(self) -> None:
         """Failed bai launches: one warning line, no traceback. On the server's logger and

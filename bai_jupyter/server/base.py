@@ -80,8 +80,6 @@ class Extension(Protocol):
     max_json_depth: int
     max_meta_size: int
     keepalive_interval: float
-    #: The notebooks' root mounted in sessions for notebooks (None: none).
-    notebook_root: str | None
     #: The execute API's kernel clients and runs.
     runs: KernelRuns
     #: RUNNING sessions cached for the proxy.

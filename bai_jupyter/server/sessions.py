@@ -147,7 +147,6 @@ class SessionsHandler(BaiHandler):
             # Users of a shared server must not mount its root dir through the API: only
             # its own kernel provisioner (in-process) may ask for the notebook dir.
             meta.pop("notebook_dir", None)
-        meta = self._for_notebooks(body, template, meta)
         if _flag(self, "dry_run"):  # validate only: what would be created, with defaults
             checked = await self.api.create(body, template, meta, dry_run=True)
             self.write_json(session_view(checked, self.base_url))
@@ -155,25 +154,6 @@ class SessionsHandler(BaiHandler):
         session = await self.api.create(body, template, meta)
         self.set_header("Location", url_path_join(self.request.path, session.id))
         self.write_json(session_view(session, self.base_url), status=201)
-
-    def _for_notebooks(
-        self, body: dict[str, Any], template: str | None, meta: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        """An interactive session its single user makes here (the new-session dialog, the
-        CLI) is one notebooks open on (``POST sessions/{key}/kernelspec``): it gets the
-        notebooks' root, as a notebook's own kernel does, its kernels starting at the top
-        (where the dialog's notebook is). Not for a kernel token's caller (code in a
-        kernel), nor on a multi-user server (its root holds everyone's notebooks)."""
-        kind = body.get("type", None if template else SessionType.INTERACTIVE.value)
-        if (
-            self.app.multi_user
-            or not self.app.notebook_root
-            or kind != SessionType.INTERACTIVE.value
-            or getattr(self.current_user, "bai_session", None) is not None
-            or (meta and "notebook_dir" in meta)
-        ):
-            return meta
-        return {**(meta or {}), "notebook_dir": self.app.notebook_root}
 
 
 class SessionHandler(BaiHandler):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.server import MULTI_USER, Server, kernel_cell, serving, stdout_of
+from harness.server import MULTI_USER, Server, serving, stdout_of
 from traitlets.config import Config
 
 from bai_jupyter import kernelspecs
@@ -128,48 +128,6 @@ async def test_turned_off_the_kernel_sees_none_of_it(
         assert not cwd.startswith(str(notebooks))
         if backend == "docker":
             assert (cwd, mounted) == (WORK_DIR, "False")
-
-
-async def test_a_notebook_opened_from_the_new_session_dialog_runs_in_the_notebooks(
-    server: Server, backend: str, notebooks: Path
-) -> None:
-    """The JupyterLab dialog creates a session through the API (its form's body, no
-    meta: it knows no paths), then opens a new notebook at the root on the session's
-    attach kernelspec. That notebook's kernel runs where the notebook is, as one started
-    from a bai kernelspec does."""
-    body = {"type": "interactive", "resources": SMALL}  # buildRequest() in form.ts
-    reply = await server.fetch("POST", "bai/api/v1/sessions", body)
-    assert reply.code == 201, reply.body
-    sid = json.loads(reply.body)["id"]
-    jupyter: dict[str, Any] = {}
-    notebook = ""
-    try:
-        running = await server.client().wait_for(sid, {Status.RUNNING}, timeout=90)
-        assert running.status is Status.RUNNING, server.tail()
-        # openNotebook() in index.ts: the attach kernelspec, a new untitled notebook at the
-        # root ('docmanager:new-untitled'), opened with that kernel.
-        reply = await server.fetch("POST", f"bai/api/v1/sessions/{sid}/kernelspec")
-        assert reply.code == 201, reply.body
-        name = json.loads(reply.body)["name"]
-        reply = await server.fetch("POST", "api/contents", {"type": "notebook"})
-        assert reply.code == 201, reply.body
-        notebook = json.loads(reply.body)["path"]
-        assert "/" not in notebook
-        reply = await server.fetch(
-            "POST", "api/sessions", {"path": notebook, "type": "notebook", "kernel": {"name": name}}
-        )
-        assert reply.code == 201, reply.body
-        jupyter = json.loads(reply.body)
-        probe = "import os\nprint(os.getcwd())\nprint(open('sub/data.txt').read())\n"
-        printed = await kernel_cell(server.url, server.token, jupyter["kernel"]["id"], probe)
-        where = NOTEBOOK_DIR if backend == "docker" else str(notebooks)
-        assert printed.splitlines() == [where, "next to the notebook"], (printed, server.tail())
-    finally:
-        if jupyter:
-            await server.fetch("DELETE", f"api/sessions/{jupyter['id']}")
-        if notebook:
-            await server.fetch("DELETE", f"api/contents/{notebook}")
-        await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}")
 
 
 @pytest.mark.parametrize(
