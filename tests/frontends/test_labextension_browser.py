@@ -487,6 +487,31 @@ def test_a_queued_notebook_says_so_and_runs_its_cells_once_started(lab: Server, 
     page.unroute("**/api/sessions/*", slow_patch)
 
 
+def test_cells_held_for_a_kernel_that_never_starts_are_reported(lab: Server, page: Any) -> None:
+    """A queued notebook's session cancelled while a cell waits for it: JupyterLab says
+    why the kernel did not start, and a notification says the held cell was not run."""
+    blocker = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
+    wait_status(page, "hog", "RUNNING")
+    put_notebook(lab, "never.ipynb", "print('never')", kernelspec="bai-q")
+    page.evaluate(OPEN_NOTEBOOK, "never.ipynb")
+    page.locator(".bai-StatusItem", has_text="bai: queued #1").wait_for(timeout=WAIT)
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function(PROMPTS_ARE, arg=["[*]:"], timeout=WAIT)
+    (session,) = [s for s in api(lab, "GET", "sessions")["sessions"] if s["status"] == "PENDING"]
+    api(lab, "DELETE", f"sessions/{session['id']}")
+    error = page.locator(".jp-Dialog", has_text="ended before its kernel started")
+    error.wait_for(timeout=WAIT)
+    toast = page.locator(".Toastify__toast", has_text="1 cell was not run")
+    toast.wait_for(timeout=WAIT)
+    assert "never.ipynb did not start" in toast.inner_text()
+    page.wait_for_function(PROMPTS_ARE, arg=["[ ]:"], timeout=WAIT)
+    page.screenshot(path=str(SHOTS / "notebook-held-cell-not-run.png"))
+    page.keyboard.press("Escape")  # the error dialog
+    api(lab, "DELETE", f"sessions/{blocker['id']}")
+    page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:close-all-files'); }")
+
+
 def slow_patch(route: Any) -> None:
     """Hold JupyterLab's PATCH of a session for a second."""
     if route.request.method == "PATCH":
