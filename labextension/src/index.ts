@@ -1,6 +1,7 @@
 /**
  * The plugin: wires the live state to the sidebar, the dialog, the log viewers,
- * the status-bar item, the launcher card and the settings.
+ * the status-bar item, the launcher card, the settings, and the cells run while a
+ * notebook's kernel is still starting (held, then run in order).
  */
 import { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
@@ -11,6 +12,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { BaiClient } from './api';
 import { newSessionDialog } from './dialog';
+import { HeldRuns } from './heldRuns';
 import { baiIcon } from './icon';
 import { LiveState } from './live';
 import { logViewer } from './logs';
@@ -156,6 +158,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette?.addItem({ command: CommandIDs.showSessions, category: 'bai-jupyter' });
     launcher?.add({ command: CommandIDs.newSession, category: 'Other', rank: 0 });
 
+    if (notebooks) {
+      new HeldRuns(notebooks);
+    }
     if (statusBar && notebooks) {
       const item = new SessionStatus(
         live,

@@ -1,8 +1,9 @@
 """The JupyterLab extension in a real browser, against a real ``jupyter lab`` whose
 sessions run on the real Docker engine: the sidebar, the new-session dialog, the
 queue, a service-port link, a batch job's log, terminate, the status-bar item of
-a queued notebook, an inference endpoint (its route, scaling it, deleting it), and
-the warm pools under the agents (a notebook claiming a warm session, the refill).
+a queued notebook and the cells run while it waits, an inference endpoint (its
+route, scaling it, deleting it), and the warm pools under the agents (a notebook
+claiming a warm session, the refill).
 
 One lab for the module, on one agent of 2 CPUs, so the tests can fill it and see a
 session wait. It keeps a warm pool of one small session (``python``: 0.25 CPU, on
@@ -35,6 +36,12 @@ from harness.server import TOKEN, Server, end_all
 
 from bai_jupyter.cli.app import main as cli_main
 
+#: Runs the active cell and, being the last, opens a new one below it for typing.
+RUN_AND_INSERT = "() => { window.jupyterapp.commands.execute('notebook:run-cell-and-select-next') }"
+#: Whether the notebook's code-cell prompts read the given texts, in order.
+PROMPTS_ARE = """want => JSON.stringify([...document.querySelectorAll(
+    '.jp-Notebook .jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim()))
+    === JSON.stringify(want)"""
 #: Opens a notebook in the lab, as the file browser would.
 OPEN_NOTEBOOK = "p => { window.jupyterapp.commands.execute('docmanager:open', {path: p}); }"
 SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
@@ -443,10 +450,12 @@ def test_a_system_session_from_the_dialog_shows_its_sftp_login(lab: Server, page
     files.locator('.bai-Status[data-status="TERMINATED"]').wait_for(timeout=WAIT)
 
 
-def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> None:
+def test_a_queued_notebook_says_so_and_runs_its_cells_once_started(lab: Server, page: Any) -> None:
+    """The status bar says the notebook's session waits, and why; cells run meanwhile
+    are held (``[*]``), not dropped, and run in order once the kernel has started."""
     blocker = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
     wait_status(page, "hog", "RUNNING")
-    put_notebook(lab, "queued.ipynb", "", kernelspec="bai-q")
+    put_notebook(lab, "queued.ipynb", "x = 6 * 7", kernelspec="bai-q")
     # As on a busy machine: JupyterLab sets its new session's path a while after the
     # kernel started, so "RUNNING" shows before it holds the kernel (see close_notebook).
     page.route("**/api/sessions/*", slow_patch)
@@ -459,10 +468,48 @@ def test_a_queued_notebook_says_so_in_the_status_bar(lab: Server, page: Any) -> 
     item.click()  # reveals the session in the sidebar
     highlighted = page.locator(".bai-Session.bai-mod-highlighted")
     assert highlighted.get_attribute("data-session-id") == session["id"]
+    # Two cells run while it waits, the second needing the first.
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.evaluate(RUN_AND_INSERT)
+    page.locator(".jp-Notebook .jp-CodeCell").nth(1).locator(".cm-content").click()
+    page.keyboard.type("print(x)")
+    page.keyboard.press("Shift+Enter")
+    prompts = page.locator(".jp-Notebook .jp-Cell.jp-CodeCell .jp-InputPrompt")
+    page.wait_for_function(PROMPTS_ARE, arg=["[*]:", "[*]:", "[ ]:"], timeout=WAIT)
+    page.screenshot(path=str(SHOTS / "notebook-queued-held-cells.png"))
     api(lab, "DELETE", f"sessions/{blocker['id']}")
     item.filter(has_text="bai: RUNNING").wait_for(timeout=WAIT)
+    page.locator(".jp-OutputArea-output", has_text="42").wait_for(timeout=WAIT)
+    page.wait_for_function(PROMPTS_ARE, arg=["[1]:", "[2]:", "[ ]:"], timeout=WAIT)
+    assert prompts.count() == 3
+    page.screenshot(path=str(SHOTS / "notebook-queued-cells-ran.png"))
     close_notebook(lab, page)
     page.unroute("**/api/sessions/*", slow_patch)
+
+
+def test_cells_held_for_a_kernel_that_never_starts_are_reported(lab: Server, page: Any) -> None:
+    """A queued notebook's session cancelled while a cell waits for it: JupyterLab says
+    why the kernel did not start, and a notification says the held cell was not run."""
+    blocker = api(lab, "POST", "sessions", {"name": "hog", "resources": {"cpu": "1.5"}})
+    wait_status(page, "hog", "RUNNING")
+    put_notebook(lab, "never.ipynb", "print('never')", kernelspec="bai-q")
+    page.evaluate(OPEN_NOTEBOOK, "never.ipynb")
+    page.locator(".bai-StatusItem", has_text="bai: queued #1").wait_for(timeout=WAIT)
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function(PROMPTS_ARE, arg=["[*]:"], timeout=WAIT)
+    (session,) = [s for s in api(lab, "GET", "sessions")["sessions"] if s["status"] == "PENDING"]
+    api(lab, "DELETE", f"sessions/{session['id']}")
+    error = page.locator(".jp-Dialog", has_text="ended before its kernel started")
+    error.wait_for(timeout=WAIT)
+    toast = page.locator(".Toastify__toast", has_text="1 cell was not run")
+    toast.wait_for(timeout=WAIT)
+    assert "never.ipynb did not start" in toast.inner_text()
+    page.wait_for_function(PROMPTS_ARE, arg=["[ ]:"], timeout=WAIT)
+    page.screenshot(path=str(SHOTS / "notebook-held-cell-not-run.png"))
+    page.keyboard.press("Escape")  # the error dialog
+    api(lab, "DELETE", f"sessions/{blocker['id']}")
+    page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:close-all-files'); }")
 
 
 def slow_patch(route: Any) -> None:

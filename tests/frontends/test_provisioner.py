@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,29 @@ async def _client(serverapp: Any, kernel_id: str) -> AsyncIterator[AsyncKernelCl
     client: AsyncKernelClient = km.client()
     async with kernel_client(client, timeout=30) as ready:
         yield ready
+
+
+async def _ws_run(ws: Any, code: str) -> str:
+    """Execute ``code`` over a kernel's WebSocket (the legacy JSON protocol); its stdout."""
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "session": "t", "version": "5.3"}
+    content = {"code": code, "silent": False, "store_history": True, "allow_stdin": False}
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    ws.write_message(json.dumps({**message, "channel": "shell", "buffers": []}))
+    out: list[str] = []
+    replied = idle = False
+    while not (replied and idle):  # the reply (shell) and the output (iopub) in any order
+        reply = json.loads(await asyncio.wait_for(ws.read_message(), 60))
+        if reply.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        if reply["msg_type"] == "stream":
+            out.append(reply["content"]["text"])
+        elif reply["msg_type"] == "execute_reply":
+            assert reply["content"]["status"] == "ok", reply["content"]
+            replied = True
+        elif reply["msg_type"] == "status":
+            idle = reply["content"]["execution_state"] == "idle"
+    return "".join(out)
 
 
 async def _run(client: AsyncKernelClient, code: str) -> tuple[dict[str, Any], str]:
@@ -234,7 +258,7 @@ async def test_shutdown_leaves_no_container_and_provisioner_info_round_trips(
 @pytest.mark.parametrize("pending_kernels", [True])
 @pytest.mark.parametrize("capacity", [{"cpu": "1", "mem": "2g"}])
 async def test_a_queued_kernel_starts_when_capacity_frees(
-    manager: BaiSessionManager, jp_fetch: Fetch, jp_serverapp: Any
+    manager: BaiSessionManager, jp_fetch: Fetch, jp_ws_fetch: Any, jp_serverapp: Any
 ) -> None:
     _install("bai-whole", resources={"cpu": "1", "mem": "512m"})
     first = await _start(jp_fetch, "bai-whole")
@@ -247,9 +271,19 @@ async def test_a_queued_kernel_starts_when_capacity_frees(
     assert queued.status is Status.PENDING
     assert "cpu" in queued.scheduler_data["msg"]
     assert not jp_serverapp.kernel_manager.get_kernel(second).ready.done()
+    # JupyterLab opens the kernel's WebSocket at once; the server answers it only once
+    # the kernel is up, so what the browser sends meanwhile waits in its own queue.
+    connecting = asyncio.ensure_future(jp_ws_fetch("api", "kernels", second, "channels"))
+    await asyncio.sleep(1)
+    assert not connecting.done()
 
     await jp_fetch("api", "kernels", first, method="DELETE")
     await asyncio.wait_for(jp_serverapp.kernel_manager.get_kernel(second).ready, 60)
+    ws = await asyncio.wait_for(connecting, 60)
+    try:
+        assert await _ws_run(ws, "print(6 * 7)") == "42\n"
+    finally:
+        ws.close()
     async with _client(jp_serverapp, second) as client:
         _, out = await _run(client, "import socket; print(socket.gethostname())")
         assert out.strip() == "main1"
