@@ -92,6 +92,12 @@ class SessionsAPI(Protocol):
         """Make the session's kernel tokens issued so far stop working; when (epoch s)."""
         ...
 
+    async def server_alive(self, server: str) -> float:
+        """The caller's Jupyter server ``server`` is alive (its heartbeat): the sessions
+        its kernels launched (meta ``jupyter_server``) keep running; the seconds until the
+        next heartbeat is due."""
+        ...
+
     def events(self) -> AsyncIterator[dict[str, Any]]:
         """Status changes of the sessions the caller may see, as they happen."""
         ...

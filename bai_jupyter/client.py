@@ -186,6 +186,10 @@ class RemoteManager:
         """Note that the session is in use now (resets its idle_timeout)."""
         await self._call("POST", _path("sessions", key, "activity"), {"source": source})
 
+    async def server_alive(self, server: str) -> float:
+        """This Jupyter server is alive; the seconds until the next heartbeat is due."""
+        return float((await self._call("POST", _path("servers", server, "heartbeat")))["every"])
+
     async def revoke_kernel_tokens(self, key: str) -> float:
         """Make the session's kernel tokens issued so far stop working; when (epoch s)."""
         reply = await self._call("DELETE", _path("sessions", key, "kernel-token"))
@@ -348,8 +352,7 @@ class RemoteManager:
     async def pools(self) -> builtins.list[dict[str, Any]]:
         """The warm pools: size, limits, warm and starting sessions, claim counts."""
         reply = await self._call("GET", "pools")
-        found: builtins.list[dict[str, Any]] = reply["pools"]
-        return found
+        return list(reply["pools"])
 
 
 def _template(data: dict[str, Any]) -> Template:
@@ -380,8 +383,7 @@ def _running_server() -> dict[str, Any] | None:
         info = runtime / f"jpserver-{server.get('pid')}.json"
         return info.stat().st_mtime if info.exists() else 0.0
 
-    newest: dict[str, Any] | None = max(servers, key=started, default=None)
-    return newest
+    return max(servers, key=started, default=None)
 
 
 def find_manager() -> RemoteManager:

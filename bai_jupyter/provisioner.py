@@ -33,7 +33,7 @@ from .api import SessionsAPI
 from .errors import BaiError, Timeout, Unavailable
 from .kernel_end import ended_notice, exit_code, why_pending
 from .model import ACTIVE, Session, SessionType, Status, ended_on_purpose
-from .reach import find_sessions, hold_with_process
+from .reach import find_sessions, hold_with_process, launched_by
 from .request import RESERVED_PORTS_TEXT
 from .request.kernel_launch import ended_error, launch_request
 
@@ -202,7 +202,7 @@ class BaiProvisioner(KernelProvisionerBase):
             if session.status.is_terminal or session.status is Status.TERMINATING:
                 raise ended_error(session)  # a launcher card clicked before it went: no log tail
         else:
-            meta: dict[str, Any] = {"jupyter_kernel_id": self.kernel_id}
+            meta: dict[str, Any] = {"jupyter_kernel_id": self.kernel_id, **launched_by(sessions)}
             if self.mount_notebook_dir and self._cwd:
                 meta["notebook_dir"] = self._cwd  # mounted only under the manager's root
             if self._notebook:

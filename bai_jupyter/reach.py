@@ -32,12 +32,13 @@ from .registry import (
     kernel_owner,
     local_owner,
     manager_started,
+    remote_server,
 )
 
 if TYPE_CHECKING:  # imported when first needed: the remote path never loads it
     from .manager import BaiSessionManager
 
-__all__ = ["find_sessions", "hold_with_process", "stop_embedded_manager"]
+__all__ = ["find_sessions", "hold_with_process", "launched_by", "stop_embedded_manager"]
 
 #: How long a launch waits for the manager this process's server extension is starting.
 _REGISTRATION_WAIT = 120.0
@@ -127,6 +128,14 @@ def hold_with_process(sessions: SessionsAPI, key: str) -> None:
     embedded = _embedded
     if embedded is not None and getattr(sessions, "manager", None) is embedded.manager:
         embedded.held.add(key)
+
+
+def launched_by(sessions: SessionsAPI) -> dict[str, str]:
+    """The meta naming this process's server in remote mode, for a session its kernel
+    launches through the manager service: the service ends it should the server go
+    (``jupyter_server``, see the manager's ``server_gone_timeout``)."""
+    server = remote_server()
+    return {"jupyter_server": server} if server and sessions is current_remote() else {}
 
 
 async def find_sessions(config: Config) -> tuple[SessionsAPI, str]:

@@ -28,6 +28,7 @@ __all__ = [
     "manager_started",
     "register_manager",
     "register_remote",
+    "remote_server",
     "request_user",
     "unregister_manager",
 ]
@@ -38,6 +39,7 @@ request_user: ContextVar[str | None] = ContextVar("bai_jupyter_request_user", de
 
 _current: BaiSessionManager | None = None
 _remote: SessionsAPI | None = None
+_server = ""
 #: Set while a server extension of this process is starting its manager; cleared once
 #: it is registered (or will not be).
 _starting: asyncio.Event | None = None
@@ -81,12 +83,19 @@ def current_manager() -> BaiSessionManager | None:
     return _current
 
 
-def register_remote(api: SessionsAPI | None) -> None:
+def register_remote(api: SessionsAPI | None, server: str = "") -> None:
     """Make ``api`` (a manager service's, over HTTP) the one in-process front ends use;
-    ``None`` forgets it. A server that owns no manager of its own registers this."""
-    global _remote
-    _remote = api
+    ``None`` forgets it. A server that owns no manager of its own registers this, with
+    its own id (``server``): the sessions its kernels launch carry it, so that the
+    manager ends them should the server go without shutting them down."""
+    global _remote, _server
+    _remote, _server = api, server
     expect_manager(False)
+
+
+def remote_server() -> str:
+    """The id of this process's server in remote mode (``""``: none)."""
+    return _server
 
 
 def current_remote() -> SessionsAPI | None:

@@ -50,6 +50,7 @@ from .watchdogs.kernel_events import KernelWatcher
 from .watchdogs.liveness import Liveness
 from .watchdogs.reconcile import Reconciler
 from .watchdogs.scheduling import Scheduling, load_groups
+from .watchdogs.servers import ServerWatch
 
 __all__ = ["BaiSessionManager"]
 
@@ -81,6 +82,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.hangs = HangWatch(self.core, self)
         self.reconciler = Reconciler(self.core, self, self.lifecycle, self.hangs)
         self.liveness = Liveness(self.core, self, self.lifecycle, self.reconciler)
+        self.servers = ServerWatch(self.core, self, self.lifecycle)
         self.idle = IdleWatch(self.core, self, self.lifecycle, self.activity, self.idle_settings)
         policies = self.parsed_policies
         multinode = self.lifecycle.multinode
@@ -143,6 +145,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         core.spawn(self.replicas.follow(), loop=True)
         core.spawn(self.idle.loop(), loop=True)
         core.spawn(self.hangs.loop(), loop=True)
+        core.spawn(self.servers.loop(), loop=True)
         core.spawn(self.pool_keeper.loop(), loop=True)
         self._started = True
         core.wake()
@@ -339,6 +342,12 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
             raise Conflict(f"session {session.id} is {session.status.value}, not RUNNING")
         self.activity.touch(session.id, source)
         return session
+
+    def server_alive(self, owner: str, server: str) -> float:
+        """``owner``'s Jupyter server ``server`` is alive (its heartbeat); the seconds
+        until the next one is due."""
+        self.servers.alive(owner, server)
+        return self.servers.every()
 
     def events(self) -> AsyncIterator[dict[str, Any]]:
         """Session status changes as they happen (until the caller stops iterating)."""

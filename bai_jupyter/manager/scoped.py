@@ -184,6 +184,12 @@ class ScopedManager:
 
         await self._run(call())
 
+    async def server_alive(self, server: str) -> float:
+        async def call() -> float:
+            return self.manager.server_alive(self.owner, server)
+
+        return await self._run(call())
+
     async def revoke_kernel_tokens(self, key: str) -> float:
         async def call() -> float:
             session = await self._resolve(key, "write")

@@ -171,6 +171,14 @@ class ManagerSettings(HasTraits):
         "end ERROR 'agent-lost' and nothing is placed there until it answers again (then "
         "its kernels of ended sessions are removed).",
     )
+    server_gone_timeout = Float(
+        30.0,
+        config=True,
+        help="Seconds a Jupyter server in remote mode (a JupyterHub user's server) may go "
+        "without its heartbeat before it is gone: the sessions its kernels launched end "
+        "TERMINATED 'server-gone' (sessions made through the API stay). A manager that "
+        "starts counts from its start. Servers send one every third of it. 0: never.",
+    )
     agent_check_interval = Float(
         2.0, config=True, help="Seconds between checks that every agent answers."
     )

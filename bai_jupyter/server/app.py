@@ -8,9 +8,12 @@ config reaches it, and the CLI reads the very same settings.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from ..agents.docker import DockerAgent
 from ..agents.local import LocalAgent
 from ..api import SessionsAPI
 from ..client import RemoteManager
+from ..errors import BaiError
 from ..manager import BaiSessionManager
 from ..registry import (
     expect_manager,
@@ -107,6 +111,7 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
             self._stop_on_sigint()
         self.init_host()
         self.remote: RemoteManager | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         if self.manager_url:
             self.remote = RemoteManager(self.manager_url, self.manager_token)
             self.log.info(
@@ -153,7 +158,9 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         if self.multi_user:
             _remember_request_user(serverapp.identity_provider)
         if self.remote is not None:
-            register_remote(self.remote)  # for this server's kernel provisioner
+            server = uuid.uuid4().hex
+            register_remote(self.remote, server)  # for this server's kernel provisioner
+            self._heartbeat = asyncio.ensure_future(self._beat(self.remote, server))
             return
         assert self.manager is not None
         try:
@@ -166,6 +173,25 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
             expect_manager(False)
             raise
         register_manager(self.manager)
+
+    async def _beat(self, remote: RemoteManager, server: str) -> None:
+        """Tell the manager service this server is alive, as often as it asks: it ends the
+        sessions of this server's kernels once this server is silent (killed, crashed)."""
+        every = 10.0
+        while True:
+            try:
+                every = wait = await remote.server_alive(server)
+            except BaiError as exc:  # the service is (re)starting: tell it again soon
+                self.log.debug("bai-jupyter: heartbeat to the manager service: %s", exc)
+                wait = min(every, 2.0)
+            await asyncio.sleep(max(0.5, min(wait, 60.0)))
+
+    async def _stop_heartbeat(self) -> None:
+        task, self._heartbeat = self._heartbeat, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def sessions_api(
         self,
@@ -201,5 +227,6 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         if manager is not None:
             steps.insert(-1, ("unregistering the manager", lambda: unregister_manager(manager)))
         else:
+            steps.append(("stopping the heartbeat", self._stop_heartbeat))
             steps.append(("forgetting the manager service", lambda: register_remote(None)))
         await self.run_steps(steps)

@@ -223,6 +223,19 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 },
             ),
         },
+        "/servers/{server}/heartbeat": {
+            "parameters": [path_param("server", "the Jupyter server's id (its kernels' meta)")],
+            "post": operation(
+                "a Jupyter server in remote mode is alive: the sessions its kernels launched "
+                "(meta jupyter_server) keep running; silent for server_gone_timeout, they end "
+                "(server-gone)",
+                {
+                    "200": reply(
+                        "{every: seconds until the next heartbeat is due}", {"type": "object"}
+                    )
+                },
+            ),
+        },
         "/templates": {
             "get": operation(
                 "shared templates and the caller's own",

@@ -1,5 +1,5 @@
 """``/bai/api/v1/sessions…``: create, list, get, delete, logs, exec, signals, services, tokens,
-activity."""
+activity; and ``/bai/api/v1/servers/{id}/heartbeat``."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from .checks import require_running
 __all__ = [
     "ActivityHandler",
     "ExecHandler",
+    "ServerHeartbeatHandler",
     "ServicesHandler",
     "SessionHandler",
     "SessionsHandler",
@@ -38,6 +39,8 @@ _TYPE_NAMES = ", ".join(t.value for t in SessionType)
 _MAX_EXEC_TIMEOUT = 3600
 #: What an activity call may name as its source.
 _SOURCE_RE = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+#: What a Jupyter server's id may be.
+_SERVER_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 #: Signals also reach a session whose kernel is restarting.
 _RESTARTING = frozenset({Status.RESTARTING})
 
@@ -337,3 +340,18 @@ class ActivityHandler(BaiHandler):
         await self.api.touch(session.id, source)
         self.set_status(204)
         self.finish()
+
+
+class ServerHeartbeatHandler(BaiHandler):
+    """A Jupyter server in remote mode is alive: the sessions its kernels launched keep
+    running (the manager ends them once it is silent, ``server_gone_timeout``) → 200
+    ``{"every": seconds}``: when the next one is due."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, server: str) -> None:
+        if _SERVER_RE.fullmatch(server) is None:
+            raise InvalidRequest(
+                f"server: must be 1 to 64 of [A-Za-z0-9_.-], got {server!r}", field="server"
+            )
+        self.write_json({"every": await self.api.server_alive(server)})

@@ -2,7 +2,8 @@
 
 The Hub runs the sample ``examples/jupyterhub/jupyterhub_config.py``; the
 manager service keeps its store in PostgreSQL and runs kernels on the real
-Docker engine. Tests run in file order on one Hub (the restart comes last).
+Docker engine. Tests run in file order on one Hub (the service's restart, then the
+Hub's shutdown, come last).
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ from harness.hub import SERVICE, Hub, start_hub
 
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
+from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.model import Session, Status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 
+#: How long a user's server may be silent before the service ends its kernels' sessions.
+GONE = 6.0
 #: One agent with room for two kernels of 0.5 cpu: enough to make sessions queue.
 MANAGER = """
 c.BaiSessionManager.agents = [
@@ -40,6 +44,7 @@ c.BaiSessionManager.policies = {
     "groups": {"physics": {"max_concurrent_sessions": 1}},
 }
 """
+MANAGER += f"c.BaiSessionManager.server_gone_timeout = {GONE}\n"
 HALF = {"resources": {"cpu": "0.5", "mem": "256m"}}
 
 
@@ -436,6 +441,94 @@ def test_a_browser_signs_in_to_the_service_through_the_hub(hub: Hub, browser: An
     assert all(s["owner"] == "alice" for s in body["sessions"])
 
 
+def _server_pid(hub: Hub, user: str) -> int:
+    """The pid of ``user``'s single-user server (a child of the Hub: a local spawner)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == hub.proc.pid and f"JUPYTERHUB_USER={user}".encode() in environ:
+            return int(entry.name)
+    raise AssertionError(f"{user}'s server is not running")
+
+
+async def _kernel_session(hub: Hub, user: str, kernelspec: str) -> tuple[str, Session]:
+    """Start a ``kernelspec`` kernel in ``user``'s server: its id and its running session."""
+    reply = await hub.fetch("POST", f"user/{user}/api/kernels", user, {"name": kernelspec})
+    assert reply.code == 201, (reply.body, hub.tail())
+    kernel_id = json.loads(reply.body)["id"]
+    (session,) = [
+        s
+        for s in await hub.service(user).list_sessions()
+        if s.meta.get("jupyter_kernel_id") == kernel_id
+    ]
+    return kernel_id, await _running(hub, user, session.id)
+
+
+async def _server_stopped(hub: Hub, user: str) -> None:
+    """Wait until the Hub has ``user``'s server stopped (it stops it in the background)."""
+    deadline = time.monotonic() + 60
+    while (server := (hub.api("GET", f"users/{user}").get("servers") or {}).get("")) is not None:
+        if not server.get("ready") and not server.get("pending"):
+            break
+        assert time.monotonic() < deadline, (server, hub.tail())
+        await asyncio.sleep(0.3)
+
+
+async def _ends_alone(hub: Hub, user: str, session_id: str, engine: Any) -> Session:
+    """The session ends within the grace period and a few seconds, its containers removed."""
+    ended = await hub.service(user).wait_for(session_id, {Status.TERMINATED}, timeout=GONE + 15)
+    assert ended.status is Status.TERMINATED, (ended.status, ended.status_data, hub.tail())
+    left = engine.containers.list(all=True, filters={"label": f"{LABEL_SESSION}={session_id}"})
+    assert left == [], [c.name for c in left]
+    return ended
+
+
+async def test_a_server_the_hub_stops_ends_its_kernels_sessions(
+    hub: Hub, docker_engine: Any
+) -> None:
+    """``DELETE /hub/api/users/alice/server`` (Stop My Server, the idle culler): her
+    notebook kernel's cluster session ends with its containers; a session she made through
+    her server's API keeps running."""
+    try:
+        _, session = await _kernel_session(hub, "alice", "bai-cluster")
+        kept = await hub.server("alice").create({"resources": {"cpu": "0.25", "mem": "256m"}})
+        await _running(hub, "alice", kept.id)
+        hub.api("DELETE", "users/alice/server")
+        await _ends_alone(hub, "alice", session.id, docker_engine)
+        await _server_stopped(hub, "alice")
+        await asyncio.sleep(GONE + 3)  # past the grace period: the API's session stays
+        assert (await hub.service("alice").get(kept.id)).status is Status.RUNNING
+    finally:
+        await _server_stopped(hub, "alice")
+        hub.add_user("alice")
+        await _end_all(hub)
+
+
+async def test_a_killed_servers_kernel_sessions_end_after_the_grace_period(
+    hub: Hub, docker_engine: Any
+) -> None:
+    """alice's server SIGKILLed (no shutdown at all): the service ends her kernel's
+    session (server-gone) once the server has been silent for server_gone_timeout; bob's
+    kernel's session, whose server lives, stays."""
+    try:
+        _, session = await _kernel_session(hub, "alice", "bai-py")
+        _, bobs = await _kernel_session(hub, "bob", "bai-py")
+        os.kill(_server_pid(hub, "alice"), signal.SIGKILL)
+        killed = time.monotonic()
+        ended = await _ends_alone(hub, "alice", session.id, docker_engine)
+        assert ended.status_info == "server-gone", ended.status_data
+        assert time.monotonic() - killed >= GONE - 3  # not before its server was silent
+        assert (await hub.service("bob").get(bobs.id)).status is Status.RUNNING
+    finally:
+        hub.add_user("alice")  # the Hub finds her server dead and starts it again
+        await _end_all(hub)
+
+
 def _service_pid(hub: Hub) -> int:
     config = str(hub.state / "bai_manager_config.py")
     for entry in Path("/proc").iterdir():
@@ -507,3 +600,35 @@ async def test_the_service_restarts_and_loses_nothing(hub: Hub) -> None:
         await early.close()
         await hub.fetch("DELETE", f"user/alice/api/kernels/{kernel_id}", "alice")
         await _end_all(hub)
+
+
+async def test_sessions_a_hub_shutdown_left_end_when_the_service_is_back(
+    hub: Hub, tmp_path_factory: pytest.TempPathFactory, docker_engine: Any
+) -> None:
+    """The Hub's shutdown stops the manager service before the users' servers, whose
+    kernels' shutdowns cannot reach it. A Hub started again on the same store: the service
+    ends the session of alice's kernel (her server never comes back) after the grace
+    period; the session she made through the API keeps running. Last: it stops the Hub."""
+    _, session = await _kernel_session(hub, "alice", "bai-py")
+    kept = await hub.server("alice").create({"resources": {"cpu": "0.25", "mem": "256m"}})
+    await _running(hub, "alice", kept.id)
+    hub.stop()
+    again = start_hub(tmp_path_factory.mktemp("hub-again"), hub.store_url, MANAGER)
+    try:
+        again.add_user("carol", admin=True)
+        admin = again.service("carol")
+        ended = await admin.wait_for(session.id, {Status.TERMINATED}, timeout=GONE + 30)
+        assert ended.status.is_terminal, (ended.status, again.tail())
+        # server-gone after the grace period; kernel-lost at once where main1's ipykernel
+        # got its shutdown request from the stopping server and its container went.
+        ended_as = (ended.status, ended.status_info)
+        assert ended_as in {(Status.TERMINATED, "server-gone"), (Status.ERROR, "kernel-lost")}, (
+            ended.status_data,
+            again.tail(),
+        )
+        labels = {"label": f"{LABEL_SESSION}={session.id}"}
+        assert docker_engine.containers.list(all=True, filters=labels) == []
+        assert (await admin.get(kept.id)).status is Status.RUNNING
+        await admin.destroy(kept.id)
+    finally:
+        again.stop()

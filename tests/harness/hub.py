@@ -55,6 +55,7 @@ class Hub:
     proc: subprocess.Popen[bytes]
     state: Path
     tokens: dict[str, str] = field(default_factory=dict)
+    store_url: str = ""
 
     @property
     def log(self) -> Path:
@@ -167,6 +168,12 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
     config = state / "jupyterhub_config.py"
     config.write_text(
         f"load_subconfig({str(SAMPLE)!r})\n"
+        # The service and the users' servers run this checkout's code (the Hub passes
+        # neither of them its own environment).
+        f"c.Spawner.environment['PYTHONPATH'] = {str(REPO)!r}\n"
+        "for _service in c.JupyterHub.services:\n"
+        "    if 'command' in _service:\n"
+        f"        _service.setdefault('environment', {{}})['PYTHONPATH'] = {str(REPO)!r}\n"
         "c.JupyterHub.services.append(\n"
         f'    {{"name": "test-admin", "api_token": {admin_token!r}}}\n'
         ")\n"
@@ -205,7 +212,7 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
         )
-    hub = Hub(f"http://127.0.0.1:{port}/", admin_token, proc, state)
+    hub = Hub(f"http://127.0.0.1:{port}/", admin_token, proc, state, store_url=store_url)
     deadline = time.monotonic() + 90
     while True:
         assert proc.poll() is None, f"the Hub exited:\n{hub.tail()}"

@@ -234,6 +234,49 @@ async def test_restarted_manager_finds_running_session(tmp_path: Path, backend: 
         await second.stop()
 
 
+async def test_a_gone_servers_kernel_sessions_end_and_others_stay(
+    tmp_path: Path, backend: str
+) -> None:
+    """Sessions a remote-mode Jupyter server's kernels launched (meta jupyter_server) end
+    once that server is silent for server_gone_timeout; those of a server that keeps its
+    heartbeat, and those made through the API, keep running. A restarted manager counts
+    from its start: a server that never comes back is gone after the grace period."""
+    small = {"resources": {"cpu": "0.25", "mem": "128m"}}
+    mgr = make_manager(tmp_path, backend, server_gone_timeout=2.0)
+    await mgr.start()
+    try:
+        assert mgr.server_alive("alice", "live") == pytest.approx(2.0 / 3)
+
+        async def beat() -> None:  # alice's live server, and bob's, beat all along
+            while True:
+                mgr.server_alive("alice", "live")
+                mgr.server_alive("bob", "bobs")
+                await asyncio.sleep(0.3)
+
+        beating = asyncio.ensure_future(beat())
+        gone = await mgr.create(small, "alice", meta={"jupyter_server": "dead"})
+        live = await mgr.create(small, "alice", meta={"jupyter_server": "live"})
+        # bob beating a server id of alice's keeps nothing of hers alive
+        spoof = await mgr.create(small, "alice", meta={"jupyter_server": "bobs"})
+        api = await _run(mgr, small)
+        await asyncio.sleep(6)
+        beating.cancel()
+        for sid in (gone.id, spoof.id):
+            ended = await mgr.get(sid)
+            assert ended.status in (Status.TERMINATED, Status.CANCELLED), ended.status
+            assert ended.status_info == "server-gone"
+        assert (await mgr.get(live.id)).status is Status.RUNNING
+        assert (await mgr.get(api)).status is Status.RUNNING
+    finally:
+        await mgr.stop()
+    async with _started(tmp_path, backend, server_gone_timeout=2.0) as again:
+        await asyncio.sleep(1.0)
+        assert (await again.get(live.id)).status is Status.RUNNING  # within its grace
+        ended = await again.wait_for(live.id, {Status.TERMINATED}, timeout=10)
+        assert (ended.status, ended.status_info) == (Status.TERMINATED, "server-gone")
+        assert (await again.get(api)).status is Status.RUNNING
+
+
 async def test_killed_main_kernel_errors_quickly(
     manager: BaiSessionManager, backend: str, request: pytest.FixtureRequest
 ) -> None:
