@@ -30,16 +30,18 @@ from typing import Any
 import docker.errors
 
 from bai_jupyter.resources import parse_amount
-from bai_jupyter.runtime.protocol import KERNEL_PORTS, SSH_PORT
+from bai_jupyter.runtime.protocol import KERNEL_PORT_BASES, SSH_PORT, kernel_ports
 
 #: Label of every raw container and network, valued with the bench run's id.
+#: Where a raw main1 listens (bai picks a base per session; any one costs the same).
+KERNEL_PORTS = kernel_ports(KERNEL_PORT_BASES[0])
 RAW_LABEL = "bai-jupyter-bench.raw"
 #: How long a raw kernel may take to listen.
 READY_TIMEOUT = 60.0
 
 
 def connection_file(ip: str = "0.0.0.0") -> dict[str, Any]:
-    """An ipykernel connection file on bai's fixed in-container ports."""
+    """An ipykernel connection file on the first of bai's in-container port bases."""
     return {
         **{f"{channel}_port": port for channel, port in KERNEL_PORTS.items()},
         "ip": ip,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ..runtime.protocol import KERNEL_PORTS, SSH_PORT
+from ..runtime.protocol import KERNEL_PORT_RANGE as KERNEL_PORT_BOUNDS
+from ..runtime.protocol import SSH_PORT
 
 #: Session and template names (use with ``fullmatch``).
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -34,12 +35,13 @@ PUBLIC_KEY_RE = re.compile(
     r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|"
     r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\r\n]*)?"
 )
-#: Ports of main1 our runtime uses itself: sshd, and the Jupyter kernel's five channels
-#: (``runtime.protocol.KERNEL_PORTS``). A service port there could never start.
-RESERVED_PORTS = frozenset({SSH_PORT, *KERNEL_PORTS.values()})
-#: The Jupyter kernel's ports as help texts write them (``2300-2304``: they are contiguous).
-KERNEL_PORT_RANGE = f"{min(KERNEL_PORTS.values())}-{max(KERNEL_PORTS.values())}"
-#: :data:`RESERVED_PORTS` as help texts write them (``2200 and 2300-2304``).
+#: Ports of main1 our runtime uses itself: sshd, and the range the Jupyter kernel's five
+#: channels are picked from per session (``runtime.protocol.KERNEL_PORT_RANGE``). A service
+#: port there could clash with the kernel's.
+RESERVED_PORTS = frozenset({SSH_PORT, *range(KERNEL_PORT_BOUNDS[0], KERNEL_PORT_BOUNDS[1] + 1)})
+#: The Jupyter kernel's port range as help texts write it (``20000-29999``).
+KERNEL_PORT_RANGE = f"{KERNEL_PORT_BOUNDS[0]}-{KERNEL_PORT_BOUNDS[1]}"
+#: :data:`RESERVED_PORTS` as help texts write them (``2200 and 20000-29999``).
 RESERVED_PORTS_TEXT = f"{SSH_PORT} and {KERNEL_PORT_RANGE}"
 #: A Docker image reference (distribution/reference grammar): [host[:port]/]path[:tag][@digest].
 _LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"

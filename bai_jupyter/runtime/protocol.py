@@ -40,8 +40,20 @@ def say(message: str) -> None:
 CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 #: The connection-file keys of their ports.
 CHANNEL_PORT_KEYS = tuple(f"{channel}_port" for channel in CHANNELS)
-#: The fixed ports of main1's ipykernel inside a container, one per channel.
-KERNEL_PORTS = dict(zip(CHANNELS, range(2300, 2300 + len(CHANNELS))))
+#: Where main1's ipykernel listens inside a container: five consecutive ports from a base
+#: the agent picks at random for each session in this range (reserved for them). A client
+#: left over from an ended session (a notebook's, a console's) that reconnects to its old
+#: address, now another session's main1, finds nothing on its old ports.
+KERNEL_PORT_RANGE = (20000, 29999)
+#: Every base a kernel's ports may start from (a multiple of the channel count apart).
+KERNEL_PORT_BASES = range(KERNEL_PORT_RANGE[0], KERNEL_PORT_RANGE[1] + 1, len(CHANNELS))
+
+
+def kernel_ports(base: int) -> dict[str, int]:
+    """The Jupyter channels' ports from ``base``: ``{"shell": base, "iopub": base + 1, …}``."""
+    return dict(zip(CHANNELS, range(base, base + len(CHANNELS))))
+
+
 #: sshd listens here in every kernel of a cluster (Backend.AI's convention).
 SSH_PORT = 2200
 #: The login of a system session's SFTP server (root's uid in the container, chrooted to

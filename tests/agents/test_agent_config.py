@@ -30,7 +30,7 @@ from bai_jupyter.errors import ConfigError, Unavailable
 from bai_jupyter.kernel_plan import KernelPlan
 from bai_jupyter.model import ExecResult
 from bai_jupyter.resources import ResourceSlot
-from bai_jupyter.runtime.protocol import KERNEL_PORTS, TASK_TIMEOUT_LINE, ServicePort
+from bai_jupyter.runtime.protocol import TASK_TIMEOUT_LINE, ServicePort, kernel_ports
 
 NO_ENGINE = "unix:///nonexistent/docker.sock"
 
@@ -92,11 +92,29 @@ def test_slots_are_checked_when_set() -> None:
     assert MachineOf.class_traits()["reserve"].from_string("{'mem': '1g'}") == {"mem": "1g"}
 
 
+def test_main1_ports_are_fresh_for_each_session() -> None:
+    """A stale client of an ended session finds nothing on its old ports: no base comes
+    back while it is among the last half of all bases picked (issue 27 point 6)."""
+    from bai_jupyter.agents.docker.kernel_ports import PortBases
+    from bai_jupyter.runtime.protocol import KERNEL_PORT_BASES
+
+    bases = PortBases()
+    picked = [bases.pick() for _ in range(len(KERNEL_PORT_BASES) // 2)]
+    assert len(set(picked)) == len(picked)
+    assert set(picked) <= set(KERNEL_PORT_BASES)
+    for _ in range(200):  # later picks avoid the last 1,000
+        base = bases.pick()
+        assert base not in picked[-len(KERNEL_PORT_BASES) // 2 :]
+        picked.append(base)
+
+
 def test_shared_kernel_protocol() -> None:
     plan = {"key": "k", "transport": "tcp", "shell_port": 1}
-    conn = kernel_connection(plan, "0.0.0.0", KERNEL_PORTS)
+    ports = kernel_ports(23005)
+    assert list(ports.values()) == [23005, 23006, 23007, 23008, 23009]
+    conn = kernel_connection(plan, "0.0.0.0", ports)
     assert conn["key"] == "k" and conn["ip"] == "0.0.0.0"
-    assert [conn[f"{name}_port"] for name in KERNEL_PORTS] == list(KERNEL_PORTS.values())
+    assert [conn[f"{name}_port"] for name in ports] == list(ports.values())
     assert ServicePort.parse("web:http:8080").port_key == "service:web"
     said = f"out\n{TASK_TIMEOUT_LINE} after 1 s\n".encode()
     asked: list[int] = []

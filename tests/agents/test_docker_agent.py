@@ -34,10 +34,11 @@ from bai_jupyter.agents.docker import (
     EGRESS_NETWORK,
     DockerAgent,
 )
+from bai_jupyter.agents.docker.kernel_ports import LABEL_PORT_BASE
 from bai_jupyter.mounts import Mount
 from bai_jupyter.resources import ResourceSlot
 from bai_jupyter.runtime import protocol
-from bai_jupyter.runtime.protocol import KERNEL_PORTS, RUNTIME_MOUNT
+from bai_jupyter.runtime.protocol import CHANNELS, KERNEL_PORT_BASES, RUNTIME_MOUNT
 
 pytestmark = pytest.mark.docker
 
@@ -330,7 +331,9 @@ def test_bootstrap_and_mounts(
     boot = json.loads(_exec_ok(h, main_id, "cat", "/home/config/bootstrap.json"))
     conn = boot["connection"]
     assert conn["ip"] == "0.0.0.0"
-    assert {name: conn[f"{name}_port"] for name in KERNEL_PORTS} == KERNEL_PORTS
+    base = conn["shell_port"]  # five consecutive ports from a base picked for the session
+    assert base in KERNEL_PORT_BASES
+    assert [conn[f"{name}_port"] for name in CHANNELS] == list(range(base, base + 5))
     assert conn["transport"] == "tcp" and conn["signature_scheme"] == "hmac-sha256"
     assert len(conn["key"]) == 32
     listing = _exec_ok(h, sub1_id, "stat", "-c", "%a %U", "/home/config/bootstrap.json")
@@ -351,17 +354,19 @@ def test_ports_published_on_loopback(
 ) -> None:
     session, started = trio
     main = started[0]
-    assert set(main.ports) == {*KERNEL_PORTS, "service:web"}
+    assert set(main.ports) == {*CHANNELS, "service:web"}
     assert all(not s.ports for s in started[1:])
     settings = h.container(session.id, "main1").attrs["NetworkSettings"]
     if h.agent.publish:
         assert main.host == "127.0.0.1"
-        for port in [*KERNEL_PORTS.values(), 8080]:
+        base = int(h.container(session.id, "main1").labels[LABEL_PORT_BASE])
+        for port in [*range(base, base + 5), 8080]:
             assert [b["HostIp"] for b in settings["Ports"][f"{port}/tcp"]] == ["127.0.0.1"]
     else:  # reached at its address on the egress bridge, nothing published
         assert main.host == settings["Networks"][EGRESS_NETWORK]["IPAddress"]
-        assert main.ports["shell"] == KERNEL_PORTS["shell"]
-        assert not any(settings["Ports"].get(f"{p}/tcp") for p in KERNEL_PORTS.values())
+        assert main.ports["shell"] in KERNEL_PORT_BASES
+        inside = range(main.ports["shell"], main.ports["shell"] + 5)
+        assert not any(settings["Ports"].get(f"{p}/tcp") for p in inside)
     url = f"http://{main.host}:{main.ports['service:web']}/"
     deadline = time.monotonic() + 10
     while True:  # the stand-in's web server may still be starting
@@ -615,7 +620,7 @@ def test_real_runtime_ssh_and_jupyter(h: Harness, real_runtime: Path) -> None:
         "transport": "tcp",
         "signature_scheme": "hmac-sha256",
         "key": plans[0].bootstrap["connection"]["key"],
-        **{f"{name}_port": started[0].ports[name] for name in KERNEL_PORTS},
+        **{f"{name}_port": started[0].ports[name] for name in CHANNELS},
     }
     deadline = time.monotonic() + 30
     output: list[str] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.server import start_server
+from harness.server import end_all, start_server
 
 from bai_jupyter.model import Status
 
@@ -74,7 +74,7 @@ async def test_a_failed_launch_is_explained_and_the_server_still_stops(
 
 async def test_kernel_keys_only_to_the_owner_who_asks(tmp_path: Path) -> None:
     """Lists and plain reads hide kernels' HMAC keys; ``?connection=true`` gives the owner's."""
-    from harness.server import MULTI_USER, end_all
+    from harness.server import MULTI_USER
 
     server = start_server(tmp_path / "server", MULTI_USER)
     try:
@@ -102,6 +102,54 @@ async def test_kernel_keys_only_to_the_owner_who_asks(tmp_path: Path) -> None:
         assert all(keys(v) == [None] for v in json.loads(everyone.body)["sessions"])
     finally:
         end_all(server, "alice-token")  # API sessions outlive the server
+        server.stop()
+
+
+@pytest.mark.docker
+async def test_a_stale_kernel_client_never_reaches_the_next_sessions_kernel(
+    tmp_path: Path, kernel_image: str
+) -> None:
+    """A kernel client of an ended session (a notebook's channels, a
+    ``jupyter console --existing``) reconnects to its old address and ports; the next
+    session's main1 often gets that address, and its ports must differ so nothing from the
+    old client arrives there (before: the same ports, and B's ipykernel logged
+    "Invalid Signature" for every message of A's client)."""
+    from jupyter_client.asynchronous.client import AsyncKernelClient
+
+    server = start_server(tmp_path / "server", 'c.BaiSessionManager.backend = "docker"\n')
+    api = server.client()
+    stale = AsyncKernelClient()
+    small = {"type": "interactive", "resources": {"cpu": "0.5", "mem": "256m"}}
+
+    try:
+        a = await api.create(small)
+        await api.wait_for(a.id, [Status.RUNNING], timeout=120)
+        old = (await api.get(a.id, connection=True)).main.info["connection"]
+        stale.load_connection_info(old)
+        stale.start_channels()
+        await stale.wait_for_ready(timeout=60)
+        await api.destroy(a.id)
+        await api.wait_for(a.id, [Status.TERMINATED], timeout=60)
+        for _ in range(5):  # the engine hands the freed address on unless another took it
+            b = await api.create(small)
+            await api.wait_for(b.id, [Status.RUNNING], timeout=120)
+            new = (await api.get(b.id, connection=True)).main.info["connection"]
+            if new["ip"] == old["ip"]:
+                break
+            await api.destroy(b.id)
+        print("B at A's address:", new["ip"] == old["ip"], old["ip"], new["ip"])
+        # The stale client speaks; had its messages reached B's ipykernel, it would log them.
+        stale.execute("print('from the ended session')")
+        stale.kernel_info()
+        await asyncio.sleep(5)
+        log = await api.logs(b.id)
+        assert "Invalid Signature" not in log and "Invalid Message" not in log, log[-3000:]
+        # Nothing can: B listens on other ports (also where it got another address).
+        ports = [f"{channel}_port" for channel in ("shell", "iopub", "stdin", "control", "hb")]
+        assert not {old[p] for p in ports} & {new[p] for p in ports}, (old, new)
+    finally:
+        stale.stop_channels()
+        end_all(server)
         server.stop()
 
 

@@ -310,8 +310,10 @@ async def test_ssh_isolation_limits_and_cleanup(
     addresses = {name: net["IPAddress"] for name, net in networks["Networks"].items()}
     outside = addresses.pop(EGRESS_NETWORK)
     (inside,) = addresses.values()
+    shell = main.info["connection"]["shell_port"]  # main1's ipykernel, on its session's ports
     probe = (
-        'python3 -c "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], 2300), 2)'
+        'python3 -c "import socket,sys\ntry:\n socket.create_connection((sys.argv[1], '
+        f"{shell}), 2)"
         "\nexcept OSError: print('cut off')\nelse: print('reached')\" "
     )
     assert await _sh(manager, sid, probe + inside, "sub1") == "reached"

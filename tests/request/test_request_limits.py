@@ -31,7 +31,7 @@ from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.model import Agent, KernelRole, Session, SessionSpec, Status
 from bai_jupyter.request import RESERVED_PORTS, SpecError, parse_spec, spec_to_json
 from bai_jupyter.resources import ResourceSlot
-from bai_jupyter.runtime.protocol import KERNEL_PORTS, SSH_PORT
+from bai_jupyter.runtime.protocol import KERNEL_PORT_BASES, SSH_PORT, kernel_ports
 from bai_jupyter.scheduler import SchedulerConfig, Snapshot, load_plugins, schedule
 from bai_jupyter.scheduler.config import DEFAULT_RESOURCES, MIN_RESOURCES, SchedulerConfigError
 from bai_jupyter.scheduler.queue import enqueue
@@ -60,7 +60,7 @@ FUTURE = time.time() + 86400 * 365
         ({"image": "python\x00:3"}, "image"),
         ({"image": "Python:3"}, "image"),
         ({"service_ports": ["ssh:tcp:2200"]}, "service_ports[0]"),
-        ({"service_ports": ["web:http:8080", "j:tcp:2303"]}, "service_ports[1]"),
+        ({"service_ports": ["web:http:8080", "j:tcp:24303"]}, "service_ports[1]"),
         ({"depends_on": ["a"] * 10_000}, "depends_on"),
         ({"env": {f"V{i}": "x" for i in range(300)}}, "env"),
         ({"env": {"BIG": "x" * 70_000}}, "env"),
@@ -87,7 +87,9 @@ def test_repeated_dependencies_are_kept_once_in_order() -> None:
 
 
 def test_the_runtime_ports_are_reserved() -> None:
-    assert {SSH_PORT, *KERNEL_PORTS.values()} <= RESERVED_PORTS
+    for base in (KERNEL_PORT_BASES[0], KERNEL_PORT_BASES[-1]):
+        assert {SSH_PORT, *kernel_ports(base).values()} <= RESERVED_PORTS
+    assert 2300 not in RESERVED_PORTS and 8080 not in RESERVED_PORTS
 
 
 def test_defaults_fill_what_a_request_leaves_out_and_minimums_hold() -> None:
@@ -308,7 +310,7 @@ def _deep(levels: int) -> bytes:
         ({"resources": {"mem": "1m"}}, 400, "below the minimum"),
         ({"image": "python\x00:3.12"}, 400, "image"),
         ({"service_ports": ["ssh:tcp:2200"]}, 400, "reserved"),
-        ({"service_ports": ["jupyter:http:2300"]}, 400, "reserved"),
+        ({"service_ports": ["jupyter:http:20003"]}, 400, "reserved"),
         ({"depends_on": ["x"] * 10_000}, 400, "at most 64"),
         ({"meta": {"blob": "x" * 20_000}}, 400, "meta"),
         (b'{"env": {"A": "' + b"x" * (2 << 20) + b'"}}', 413, "max_body_size"),

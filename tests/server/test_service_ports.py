@@ -55,7 +55,7 @@ def test_kernelspec_install_writes_service_ports(data_dir: Path) -> None:
     ("port", "message"),
     [
         ("ssh:tcp:2200", "service_ports[0]: port 2200 is reserved"),
-        ("k:http:2302", "service_ports[0]: port 2302 is reserved"),
+        ("k:http:24000", "service_ports[0]: port 24000 is reserved"),
         ("web:udp:80", "proto one of http, tcp, preopen"),
         ("web-8080", "must be 'name:proto:port'"),
     ],

@@ -21,10 +21,11 @@ from ...resources import parse_amount
 from ...runtime.protocol import (
     CONFIG_DIR,
     DEFAULT_IMAGE,
-    KERNEL_PORTS,
+    KERNEL_PORT_RANGE,
     RUNTIME_MOUNT,
     SSH_PORT,
     WORK_DIR,
+    kernel_ports,
 )
 from ..base import (
     AgentError,
@@ -35,6 +36,7 @@ from ..base import (
 )
 from .bootstrap import bootstrap_archive, write_bootstrap
 from .engine import BindMount, Engine, explain, gather_all
+from .kernel_ports import LABEL_PORT_BASE, PortBases
 from .networks import EGRESS_NETWORK
 
 __all__ = ["KEPT_CAPABILITIES", "ContainerSettings", "KernelContainers", "kernel_limits"]
@@ -101,8 +103,8 @@ def _service_ports(plan: KernelPlan) -> list[tuple[str, int]]:
     """main1's service ports as (port key, port in the container)."""
     found = []
     for service in declared_services(plan.bootstrap):
-        if service.port in KERNEL_PORTS.values():
-            first, last = min(KERNEL_PORTS.values()), max(KERNEL_PORTS.values())
+        if KERNEL_PORT_RANGE[0] <= service.port <= KERNEL_PORT_RANGE[1]:
+            first, last = KERNEL_PORT_RANGE
             raise AgentError(f"bad service port {service}: {first}-{last} are the kernel's own")
         found.append((service.port_key, service.port))
     return found
@@ -154,6 +156,8 @@ class KernelContainers:
         self.settings = settings
         self.engine = engine
         self.log = log
+        #: main1's Jupyter port bases: fresh per session (a stale client finds nothing).
+        self.port_bases = PortBases()
         #: Whether the engine accepted ``storage_opt`` (``None``: not tried yet).
         self._disk_limit_works: bool | None = None
         self._disk_lock = asyncio.Lock()
@@ -170,12 +174,15 @@ class KernelContainers:
         settings = self.settings
         bootstrap = dict(plan.bootstrap)
         publish: dict[int, tuple[str]] = {}
+        labels = dict(plan.labels)
         if is_main(plan):
             if bootstrap.get("mode") == "kernel":
+                ports = kernel_ports(self.port_bases.pick())
+                labels[LABEL_PORT_BASE] = str(ports["shell"])
                 bootstrap["connection"] = kernel_connection(
-                    bootstrap.get("connection"), "0.0.0.0", KERNEL_PORTS
+                    bootstrap.get("connection"), "0.0.0.0", ports
                 )
-                publish.update({port: (settings.publish_ip,) for port in KERNEL_PORTS.values()})
+                publish.update({port: (settings.publish_ip,) for port in ports.values()})
             for _, port in _service_ports(plan):
                 publish[port] = (settings.publish_ip,)
         # For people, not the manager: published wherever the manager reaches main1.
@@ -238,7 +245,7 @@ class KernelContainers:
                 command=command,
                 name=container_name(session_id, plan.hostname),
                 hostname=plan.hostname,
-                labels=plan.labels,
+                labels=labels,
                 environment=plan.env,
                 working_dir=plan.work_dir or WORK_DIR,
                 ports=[*publish, *public] or None,
@@ -337,7 +344,8 @@ class KernelContainers:
 
         ports: dict[str, int] = {}
         if plan.bootstrap.get("mode") == "kernel":
-            ports.update({name: host_port(port) for name, port in KERNEL_PORTS.items()})
+            base = int(info["Config"]["Labels"][LABEL_PORT_BASE])
+            ports.update({name: host_port(port) for name, port in kernel_ports(base).items()})
         ports.update({key: host_port(port) for key, port in _service_ports(plan)})
         host = self.settings.publish_ip if publish else address
         public: dict[str, tuple[str, int]] = {}
