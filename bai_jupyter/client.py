@@ -39,6 +39,9 @@ API_PREFIX = "bai/api/v1/"
 class RemoteManager:
     """The session manager of a Jupyter server running the ``bai_jupyter`` extension."""
 
+    #: What to do when it cannot be reached (the setting that named it).
+    remedy = "start it, or set BAI_JUPYTER_URL (and BAI_JUPYTER_TOKEN) to one that runs"
+
     def __init__(self, url: str, token: str = "", request_timeout: float = 60) -> None:
         """``url``: the server's base URL (``http://host:8888/`` or ``…/user/alice/``)."""
         self.url = url if url.endswith("/") else url + "/"
@@ -73,15 +76,11 @@ class RemoteManager:
     def unreachable(self, exc: BaseException) -> errors.Unavailable:
         return errors.Unavailable(
             f"cannot reach the bai-jupyter server at {self.url} ({exc or type(exc).__name__}): "
-            "start it, or set BAI_JUPYTER_URL (and BAI_JUPYTER_TOKEN) to one that runs"
+            + self.remedy
         )
 
     async def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: Mapping[str, Any] | None = None,
+        self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None
     ) -> Any:
         """One request; the decoded JSON reply (``None`` for 204), or the API's error raised."""
         headers = self.headers()

@@ -219,6 +219,11 @@ def install(
         (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
         for logo in LOGO_FILES:
             shutil.copyfile(LOGO_DIR / logo, Path(tmp) / logo)
+        # Jupyter copies the folder with its modes: a temporary folder's 0700 (and a 077
+        # umask's files) would hide a --sys-prefix kernelspec from every other user.
+        for path in Path(tmp).iterdir():
+            path.chmod(0o644)
+        Path(tmp).chmod(0o755)
         return str(KernelSpecManager().install_kernel_spec(tmp, name, user=user, prefix=prefix))
 
 

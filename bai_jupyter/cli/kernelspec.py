@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -18,6 +19,7 @@ from traitlets import Bool, Enum, Float, Integer, List, Unicode
 from traitlets.config import Configurable
 
 from .. import kernelspecs
+from ..client import RemoteManager
 from ..errors import BaiError
 from ..manager import BaiSessionManager
 from ..request import RESERVED_PORTS_TEXT
@@ -33,6 +35,12 @@ _SETTINGS = ("image", "cluster_size", "cluster_mode", "template", "launch_timeou
 def agents_now(parent: Configurable | None = None) -> dict[str, ResourceSlot]:
     """The agents the manager configured under ``parent`` would have now (blocking)."""
     return asyncio.run(BaiSessionManager(parent=parent).agents_now())
+
+
+def service_agents(url: str, token: str) -> dict[str, ResourceSlot]:
+    """The agents of the manager service at ``url`` (a Hub's): their capacities (blocking)."""
+    agents = asyncio.run(RemoteManager(url, token).agents())
+    return {str(a["id"]): ResourceSlot(a["capacity"]) for a in agents}
 
 
 def group_minimum(parent: Configurable | None = None, group: str = "default") -> ResourceSlot:
@@ -58,13 +66,15 @@ class KernelspecInstallApp(BaiCommand):
         "this machine: the session asks for half of one agent, split among its kernels. "
         "The agents and the group's min_resources are the ones the Jupyter server's config "
         "gives (c.BaiSessionManager.agents, backend, resource_groups in "
-        "jupyter_server_config.py, or --config FILE)."
+        "jupyter_server_config.py, or --config FILE); with --manager-url, the agents of "
+        "that shared manager service (a JupyterHub's)."
     )
     usage = (
         "bai-jupyter kernelspec install NAME [--display-name T] [--image I] "
         "[--cluster-size N] [--cluster-mode M] [--cpu C] [--mem M] [--template T] "
         "[--service-port NAME:PROTO:PORT]... [--session S] [--launch-timeout S] "
-        "[--interrupt-mode signal|message] [--user | --sys-prefix]"
+        "[--interrupt-mode signal|message] [--manager-url URL [--manager-token T]] "
+        "[--user | --sys-prefix]"
     )
     examples = """\
 bai-jupyter kernelspec install py-cluster-3 --cluster-size 3 --cpu 1 --mem 2g
@@ -113,6 +123,32 @@ bai-jupyter kernelspec install py-web --service-port web:http:8080
         config=True,
         help="Install into this Python environment instead of for this user.",
     )
+    manager_url = Unicode(
+        config=True,
+        help="A shared manager service (e.g. a JupyterHub's "
+        "http://127.0.0.1:8890/services/bai-jupyter/) whose agents size the resources "
+        "left out, instead of the agents this machine's config gives. Default: "
+        "BAI_JUPYTER_MANAGER_URL.",
+    )
+    manager_token = Unicode(
+        config=True,
+        help="Token for --manager-url (a Hub token with access:services!service=<its "
+        "name>). Default: BAI_JUPYTER_MANAGER_TOKEN, else JUPYTERHUB_API_TOKEN.",
+    )
+
+    def _manager_url_default(self) -> str:
+        return os.environ.get("BAI_JUPYTER_MANAGER_URL", "")
+
+    def _manager_token_default(self) -> str:
+        return os.environ.get("BAI_JUPYTER_MANAGER_TOKEN") or os.environ.get(
+            "JUPYTERHUB_API_TOKEN", ""
+        )
+
+    def agents(self) -> dict[str, ResourceSlot]:
+        """The agents that size and check the kernelspec: the service's, else the config's."""
+        if self.manager_url:
+            return service_agents(self.manager_url, self.manager_token)
+        return agents_now(self)
 
     aliases = {  # noqa: RUF012 (traitlets' own class attribute)
         **ALIASES,
@@ -127,6 +163,8 @@ bai-jupyter kernelspec install py-web --service-port web:http:8080
         "session": "KernelspecInstallApp.session",
         "launch-timeout": "KernelspecInstallApp.launch_timeout",
         "interrupt-mode": "KernelspecInstallApp.interrupt_mode",
+        "manager-url": "KernelspecInstallApp.manager_url",
+        "manager-token": "KernelspecInstallApp.manager_token",
     }
     flags = {  # noqa: RUF012 (traitlets' own class attribute)
         **FLAGS,
@@ -158,7 +196,7 @@ bai-jupyter kernelspec install py-web --service-port web:http:8080
             kernelspecs.kernelspec_json("-", config, self.interrupt_mode)  # checked before probing
             if len(resources) < 2 and self.template is None and self.session is None:
                 # A share of this machine's agent for what is left out (see docs/kernels.md).
-                capacities = agents_now(self)
+                capacities = self.agents()
                 derived = kernelspecs.derive_resources(
                     kernelspecs.biggest(capacities),
                     self.cluster_size or 1,
@@ -182,16 +220,16 @@ bai-jupyter kernelspec install py-web --service-port web:http:8080
         except kernelspecs.KernelspecError as exc:
             print(f"{self.name}: error: {exc}", file=sys.stderr)
             return 2
-        except BaiError as exc:  # the config's agents cannot be made (a bad agent, no engine)
+        except BaiError as exc:  # the agents cannot be made or asked (no engine, no service)
+            asked = self.manager_url or "the configured agents"
             print(
-                f"{self.name}: error: resources: cannot ask the configured agents ({exc}); "
-                "give --cpu and --mem",
+                f"{self.name}: error: resources: cannot ask {asked} ({exc}); give --cpu and --mem",
                 file=sys.stderr,
             )
             return 2
         print(f"installed kernelspec {name} ({display}) in {path}")
         try:  # advice, not a gate: no engine or no permission is no warning
-            warning = kernelspecs.fit_warning(config, capacities or agents_now(self))
+            warning = kernelspecs.fit_warning(config, capacities or self.agents())
         except Exception:
             warning = None
         if warning:

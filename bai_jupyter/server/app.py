@@ -114,6 +114,10 @@ class BaiJupyterApp(ExtensionApp, ApiHost):
         self._heartbeat: asyncio.Task[None] | None = None
         if self.manager_url:
             self.remote = RemoteManager(self.manager_url, self.manager_token)
+            self.remote.remedy = (
+                "the manager service may be restarting: retry in a few seconds; if it lasts, "
+                "check that it runs there (BaiJupyterApp.manager_url, BAI_JUPYTER_MANAGER_URL)"
+            )
             self.log.info(
                 "bai-jupyter: sessions come from the manager service at %s", self.manager_url
             )

@@ -80,6 +80,13 @@ class ManagerService(BaiCommand, ApiHost):
     def own_url(self) -> str:
         return f"http://{self.ip}:{self._port()}{self._base_url()}"
 
+    def _public_url_default(self) -> str:
+        # A managed Hub service gets its public URL from the Hub when JupyterHub.public_url
+        # is set: the links %bai prints then go through the Hub's proxy, not this port.
+        return os.environ.get("BAI_JUPYTER_PUBLIC_URL") or os.environ.get(
+            "JUPYTERHUB_PUBLIC_URL", ""
+        )
+
     def _under_hub(self) -> bool:
         if self.auth == "auto":
             return bool(os.environ.get("JUPYTERHUB_API_TOKEN"))

@@ -13,7 +13,7 @@ import functools
 import hmac
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jupyter_server.auth.authorizer import Authorizer
@@ -113,6 +113,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+def needed_scope(scopes: Iterable[str]) -> str:
+    """The one access scope to grant, for the 403 message: this service's own
+    (``access:services!service=NAME``), never the bare ``access:services``, which any
+    of the Hub's scopes set contains too and which would open every service."""
+    return min(sorted(scopes), key=lambda scope: "!service=" not in scope)
+
+
 class HubIdentity(IdentityProvider):
     """Hub users, from their tokens (servers, scripts) or the Hub's OAuth cookie (browsers).
 
@@ -143,7 +150,7 @@ class HubIdentity(IdentityProvider):
         scopes = self.hub_auth.access_scopes
         if scopes and not self.hub_auth.check_scopes(scopes, model):
             name = model.get("name")
-            raise web.HTTPError(403, f"Hub user {name} lacks the scope {sorted(scopes)[0]}")
+            raise web.HTTPError(403, f"Hub user {name} lacks the scope {needed_scope(scopes)}")
         name = str(model["name"])
         admin, groups = await self._user_info(name)
         if getattr(handler, "_token_authenticated", False):

@@ -30,6 +30,11 @@ STATE = Path(os.environ.get("BAI_HUB_STATE", "."))  # the Hub's database, cookie
 # --- the Hub --------------------------------------------------------------------------------
 c.JupyterHub.ip = os.environ.get("BAI_HUB_IP", "127.0.0.1")
 c.JupyterHub.port = int(os.environ.get("BAI_HUB_PORT", "8000"))
+# Your site: the URL people open. The manager's links (%bai ports, status) are built on it:
+# the Hub gives it to the service (JUPYTERHUB_PUBLIC_URL), so they go through the Hub's proxy.
+c.JupyterHub.public_url = os.environ.get(
+    "BAI_HUB_PUBLIC_URL", f"http://{c.JupyterHub.ip}:{c.JupyterHub.port}/"
+)
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(os.environ.get("BAI_HUB_API_PORT", "8081"))
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{os.environ.get('BAI_PROXY_API_PORT', '8001')}"
@@ -77,6 +82,10 @@ c.JupyterHub.services = [
             "--config",
             os.environ.get("BAI_MANAGER_CONFIG", str(HERE / "bai_manager_config.py")),
         ],
+        # The Hub starts services with a filtered environment: pass on what the config reads.
+        "environment": {
+            k: os.environ[k] for k in ("BAI_MANAGER_STORE_URL",) if k in os.environ
+        },
         "oauth_no_confirm": True,
     }
 ]

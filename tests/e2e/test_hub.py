@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from conftest import postgres_database
 from harness.endpoints import endpoint_request
 from harness.hub import SERVICE, Hub, start_hub
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from bai_jupyter.client import RemoteManager
 from bai_jupyter.errors import BaiError, Forbidden, InvalidRequest, NotFound, Unavailable
@@ -281,6 +283,76 @@ async def test_bob_reaches_nothing_of_alices(hub: Hub) -> None:
             **{f"{h}:{p}": "TimeoutError" for h, p in targets},
         }, result["probes"]
         assert (await alice.get(web.id)).status is Status.RUNNING  # bob's DELETEs: nothing
+    finally:
+        await _end_all(hub)
+
+
+async def test_a_kernelspec_is_sized_from_the_services_agents(hub: Hub, tmp_path: Path) -> None:
+    """An operator installs kernelspecs for the Hub's users: a size left out is half of the
+    service's agent (cpu 1, mem 3g here), not of the engine of the machine it runs on."""
+    argv = ["kernelspec", "install", "hub-py", "--manager-url", hub.service_url()]
+    env = {
+        **os.environ,
+        "JUPYTER_DATA_DIR": str(tmp_path),
+        "BAI_JUPYTER_MANAGER_TOKEN": hub.tokens["alice"],
+    }
+    done = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bai_jupyter.cli", *argv, env=env, stderr=asyncio.subprocess.PIPE
+    )
+    _, err = await done.communicate()
+    assert done.returncode == 0, err
+    spec = json.loads((tmp_path / "kernels" / "hub-py" / "kernel.json").read_text())
+    config = spec["metadata"]["kernel_provisioner"]["config"]
+    assert config["resources"] == {"cpu": "0.5", "mem": "1.5g"}, config
+
+
+async def test_a_token_without_the_services_scope_is_told_the_one_to_grant(hub: Hub) -> None:
+    """Not the bare access:services, which opens every service of the Hub."""
+    scopes = {"scopes": ["access:servers!server=alice/"], "note": "no service scope"}
+    token = hub.api("POST", "users/alice/tokens", scopes)["token"]
+    reply = await AsyncHTTPClient().fetch(
+        HTTPRequest(
+            f"{hub.service_url()}bai/api/v1/sessions", headers={"Authorization": f"token {token}"}
+        ),
+        raise_error=False,
+    )
+    assert reply.code == 403, reply.body
+    assert f"lacks the scope access:services!service={SERVICE}" in reply.body.decode(), reply.body
+
+
+#: Run in main1: serve a file on the service port, then ``%bai ports``.
+_PORTS_CELL = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-m", "http.server", "8080"], stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+open("hello.txt", "w").write("hello through the Hub")
+get_ipython().run_line_magic("load_ext", "bai_jupyter")
+get_ipython().run_line_magic("bai", "ports")
+"""
+
+
+async def test_a_bai_link_in_a_kernel_goes_through_the_hub(hub: Hub) -> None:
+    """The sample sets the Hub's public URL; the service builds %bai's links on it: a link
+    printed in main1 opens through the Hub's proxy (not the service's own port)."""
+    session = await hub.service("alice").create({**HALF, "service_ports": ["web:http:8080"]})
+    try:
+        await _running(hub, "alice", session.id)
+        run = await hub.fetch(
+            "POST",
+            f"user/alice/bai/api/v1/sessions/{session.id}/execute",
+            "alice",
+            {"code": _PORTS_CELL},
+        )
+        assert run.code == 200, run.body
+        printed = "".join(i[1] for i in json.loads(run.body)["console"] if i[0] == "stdout")
+        link = next((w for w in printed.split() if w.endswith("/proxy/web/")), printed)
+        assert link.startswith(hub.service_url()), (link, hub.service_url())
+        for _ in range(60):  # until http.server in main1 listens
+            reply = await hub.fetch("GET", link[len(hub.url) :] + "hello.txt", "alice")
+            if reply.code != 502:
+                break
+            await asyncio.sleep(1)
+        assert (reply.code, reply.body) == (200, b"hello through the Hub"), reply.code
     finally:
         await _end_all(hub)
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import tempfile
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -232,3 +236,29 @@ def test_derived_requests_keep_to_their_share_when_the_minimum_allows(
             assert derived[slot] * size <= capacity[slot] * share
         else:
             assert derived[slot] == MIN_RESOURCES[slot]
+
+
+def test_an_installed_kernelspec_is_readable_by_every_user() -> None:
+    """``--sys-prefix`` as root (a Hub's admin): another user's Jupyter finds the spec
+    (the temporary folder's 0700 was copied before: "No such kernel" for everyone else)."""
+    prefix = Path(tempfile.mkdtemp(prefix="bai-prefix-"))
+    try:
+        prefix.chmod(0o755)  # as a venv's prefix is; only the kernelspec is under test
+        spec = kernelspecs.kernelspec_json("Shared", {"resources": {"cpu": "1", "mem": "1g"}})
+        folder = Path(kernelspecs.install("shared", spec, prefix=str(prefix)))
+        assert folder.stat().st_mode & 0o777 == 0o755
+        assert {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o644}
+        if os.getuid() != 0:
+            return  # the modes above are what another user needs; reading as one needs root
+        # What Jupyter does to find it: list the folder, read kernel.json.
+        nobody = subprocess.run(
+            ["sh", "-c", f"ls {folder} >/dev/null && cat {folder / 'kernel.json'}"],
+            user=65534,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert nobody.returncode == 0, nobody.stderr
+        assert json.loads(nobody.stdout)["display_name"] == "Shared"
+    finally:
+        shutil.rmtree(prefix)

@@ -34,6 +34,7 @@ from harness.server import free_port, kernel_cell
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "examples" / "jupyterhub" / "jupyterhub_config.py"
+MANAGER_SAMPLE = SAMPLE.with_name("bai_manager_config.py")
 SERVICE = "bai-jupyter"
 #: Small enough that a few kernels of two users fit beside the rest of the suite.
 KERNEL = {"cpu": "0.25", "mem": "256m"}
@@ -157,9 +158,10 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
     _kernelspecs(state / "share")
     admin_token = secrets.token_hex(16)
     manager_conf = state / "bai_manager_config.py"
+    # The sample service config as it is (its store URL comes through the Hub, from
+    # BAI_MANAGER_STORE_URL below), then this run's folders and the test's own settings.
     manager_conf.write_text(
-        f"c.BaiSessionManager.store_url = {store_url!r}\n"
-        'c.BaiSessionManager.resource_groups = {"default": {"sequencer": "drf"}}\n'
+        f"load_subconfig({str(MANAGER_SAMPLE)!r})\n"
         "c.BaiSessionManager.data_folders_root = "
         + repr(str(state / "folders"))
         + "\n"
@@ -195,6 +197,8 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
         "BAI_PROXY_API_PORT": str(free_port()),
         "BAI_MANAGER_PORT": str(free_port()),
         "BAI_MANAGER_CONFIG": str(manager_conf),
+        "BAI_MANAGER_STORE_URL": store_url,
+        "BAI_HUB_PUBLIC_URL": f"http://127.0.0.1:{port}/",
         "BAI_HUB_JUPYTER_PATH": str(state / "share"),
         "BAI_HUB_ADMINS": "carol",
         "BAI_PROXY_COMMAND": str(chp),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from traitlets.config.loader import PyFileConfigLoader
 
 from bai_jupyter.errors import ConfigError
 from bai_jupyter.manager.requests.policies import Policies
@@ -133,3 +136,18 @@ def test_drf_by_groups_serves_the_poorer_group_first_then_its_poorer_user() -> N
     assert [s.owner for s in by_groups] == ["cy", "bo", "ann"]
     by_users = list(DRFSequencer().order(band, ctx))
     assert [s.owner for s in by_users] == ["bo", "cy", "ann"]  # equal shares: oldest first
+
+
+def test_the_hub_samples_limits_are_valid_and_bind_every_user(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shipped examples/jupyterhub/bai_manager_config.py loads (its store from the
+    variable the Hub passes on) and limits a user of no entry."""
+    monkeypatch.setenv("BAI_MANAGER_STORE_URL", "postgresql+psycopg://bai@db/bai")
+    sample = Path(__file__).parents[2] / "examples" / "jupyterhub" / "bai_manager_config.py"
+    config = PyFileConfigLoader(sample.name, str(sample.parent)).load_config()
+    assert config.BaiSessionManager.store_url == "postgresql+psycopg://bai@db/bai"
+    anyone = Policies(config.BaiSessionManager.policies).for_owner("anyone", [])
+    assert anyone.values["max_concurrent_sessions"] >= 1
+    assert anyone.values["max_resources"] == ResourceSlot({"cpu": 4, "mem": "16g"})
+    assert anyone.values["idle_timeout"] > 0

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.server import MULTI_USER, Server, start_server
+from harness.server import MULTI_USER, Server, free_port, start_server
 from jupyter_server.auth.decorator import authorized
 
 from bai_jupyter.server.openapi import openapi
@@ -110,6 +110,25 @@ async def test_a_manager_that_cannot_start_says_why(tmp_path: Any) -> None:
         (start,) = [line for line in said if "/bai/api/" not in line]  # not a request's line
         assert start.endswith(f"bai-jupyter: {reason}"), log
         assert "Traceback" not in log, log
+    finally:
+        srv.stop()
+
+
+async def test_a_server_whose_manager_service_is_down_names_the_setting_that_points_there(
+    tmp_path: Any,
+) -> None:
+    """Remote mode with nothing at the service's URL (as while a Hub restarts it): the 503
+    says it may be restarting and names BAI_JUPYTER_MANAGER_URL, not the kernels'
+    BAI_JUPYTER_URL, which a user would set to no effect."""
+    gone = f"http://127.0.0.1:{free_port()}/services/bai-jupyter/"
+    srv = start_server(tmp_path, f"c.BaiJupyterApp.manager_url = {gone!r}\n", ready=False)
+    try:
+        reply = await srv.fetch("GET", "bai/api/v1/sessions")
+        assert reply.code == 503, reply.body
+        message = body(reply)["message"]
+        assert message.startswith(f"cannot reach the bai-jupyter server at {gone} ("), message
+        assert "may be restarting" in message and "BAI_JUPYTER_MANAGER_URL" in message, message
+        assert "BAI_JUPYTER_URL " not in message and "BAI_JUPYTER_TOKEN" not in message, message
     finally:
         srv.stop()
 
