@@ -127,6 +127,7 @@ class Scheduling:
                 group.selector,
                 time.time(),
                 self.policies.scheduler_policy,
+                self.policies.key(),
             )
             self.stats[name].record(time.perf_counter() - started, len(result.placements))
             changed = [p.session_id for p in result.placements]
