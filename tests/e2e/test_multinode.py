@@ -153,6 +153,62 @@ async def test_a_cluster_too_big_for_one_engine_runs_across_three(
         await _eventually(overlay_gone, "the overlay removed")
 
 
+#: Run in a kernel: how it resolves its own name, and each name given (``getent``).
+RESOLVE = """\
+import json, socket, subprocess, sys
+own = socket.gethostname()
+def run(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True).stdout
+print(json.dumps({
+    "own": own,
+    "gethostbyname": socket.gethostbyname(own),
+    "hostname -i": run("hostname", "-i").split(),
+    "getent": {n: [line.split()[0] for line in run("getent", "hosts", n).splitlines()]
+               for n in sys.argv[1:]},
+}))
+"""
+
+
+async def test_every_kernel_resolves_every_name_to_its_overlay_address_across_engines(
+    tmp_path: Path, swarm_engines: Engines
+) -> None:
+    """main1 is on its engine's egress bridge and the session's overlay: its hostname is in
+    its /etc/hosts once per network, in no fixed order. Two rounds of two sessions at once
+    (kernels of 400m: three fit no engine, so each session is spread), each kernel asked
+    about its own name and the others' in every way a framework asks."""
+    request = {**SPREAD, "resources": {"cpu": "0.25", "mem": "400m"}}
+    async with _manager(tmp_path, swarm_engines) as mgr:
+        for _ in range(2):
+            sessions = await asyncio.gather(*(_running(mgr, request) for _ in range(2)))
+            wrong = []
+            for session in sessions:
+                assert len({k.agent_id for k in session.kernels}) > 1  # spread: an overlay
+                names = [k.hostname for k in session.kernels]
+                net = f"bai-{session.id[:12]}"
+                address = {
+                    c["Labels"]["ai.backend.bai-jupyter.cluster-host"]: c["NetworkSettings"][
+                        "Networks"
+                    ][net]["IPAddress"]
+                    for node in swarm_engines.nodes
+                    for c in _containers(node, session.id)
+                }
+                for name in names:
+                    command = ["python3", "-c", RESOLVE, *names]
+                    result = await mgr.exec(session.id, command, kernel=name)
+                    assert result.exit_code == 0, result.output
+                    expected = {
+                        "own": name,
+                        "gethostbyname": address[name],
+                        "hostname -i": [address[name]],
+                        "getent": {n: [address[n]] for n in names},
+                    }
+                    seen = json.loads(result.output)
+                    if seen != expected:
+                        wrong.append((session.id[:12], name, seen, expected))
+            assert not wrong, wrong
+            await asyncio.gather(*(mgr.destroy(s.id) for s in sessions))
+
+
 async def test_roles_spread_over_the_engines_say_where_each_kernel_runs(
     tmp_path: Path, swarm_engines: Engines
 ) -> None:

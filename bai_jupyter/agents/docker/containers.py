@@ -169,8 +169,11 @@ class KernelContainers:
         net: str,
         plan: KernelPlan,
         net_ready: asyncio.Future[None] | None = None,
+        egress_subnets: tuple[str, ...] = (),
     ) -> str:
-        """Create (not start) one kernel's container with its bootstrap files in place."""
+        """Create (not start) one kernel's container with its bootstrap files in place; a
+        kernel on the egress bridge and ``net`` has its runtime take ``egress_subnets`` off
+        its hostname (see ``runtime/hosts.py``)."""
         settings = self.settings
         bootstrap = dict(plan.bootstrap)
         publish: dict[int, tuple[str]] = {}
@@ -217,6 +220,8 @@ class KernelContainers:
                 BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), type="bind", read_only=True)
             )
         first_net = EGRESS_NETWORK if publish or public else net
+        if first_net != net:
+            command += [arg for subnet in egress_subnets for arg in ("--egress-subnet", subnet)]
         limits = kernel_limits(plan, settings.pids_limit)
         disk = await self._disk_option(api, plan.image)
         # No alias on the shared bridge: "main1" must resolve only inside its session.
