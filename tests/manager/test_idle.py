@@ -147,8 +147,14 @@ async def test_idle_rules_end_sessions_with_their_reason(manager: BaiSessionMana
         assert rules["utilization"]["source"] == "policies.users.alice"
 
         # Each session is looked at as its own clock says (not one after the other).
-        while (await bob.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
-            pass  # replies to the readiness checks
+        try:
+            while (await bob.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
+                pass  # replies to the readiness checks
+        except queue.Empty:  # say what became of his session
+            now = await manager.get(busy_then_idle.id)
+            raise AssertionError(
+                f"no reply to bob's cell; {now.status} {now.status_info}"
+            ) from None
         assert (await manager.get(busy_then_idle.id)).status is Status.RUNNING
         ended = await _ended(manager, busy_then_idle.id)
         assert ended.status_info == "idle-timeout"

@@ -94,8 +94,15 @@ class Activity:
         before, and a kernel busy since then would look idle."""
         joined = asyncio.Event()
         self.follow_kernel(session, joined)
-        with contextlib.suppress(asyncio.TimeoutError):
+        try:
             await asyncio.wait_for(joined.wait(), timeout)
+        except asyncio.TimeoutError:  # said, so that a session ended idle under a cell is explained
+            self.core.log.warning(
+                "bai-jupyter: session %s: its kernel's iopub not joined within %g s; "
+                "what it says before then is not seen as use",
+                session.id,
+                timeout,
+            )
 
     async def _follow(
         self, session_id: str, connection: Mapping[str, Any], joined: asyncio.Event | None
