@@ -18,13 +18,13 @@ from typing import Any, Protocol, TypeVar
 from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend
-from ..errors import NotFound, Timeout, Unavailable
+from ..errors import InvalidRequest, NotFound, Timeout, Unavailable
 from ..loops import Periodic
 from ..model import ACTIVE, TRANSITIONS, Kernel, Session, Status
 from ..scheduler import SchedulerConfig
 from ..scheduler.selectors import AgentSelector
 from ..scheduler.sequencers import Sequencer
-from ..store import Store, Transaction
+from ..store import AmbiguousKey, Store, Transaction
 from .events import EventHub
 
 __all__ = ["Core", "GroupScheduler", "Settings", "find_kernel", "move"]
@@ -185,8 +185,12 @@ class Core:
         return await self.edit(session_id, lambda s: move(s, status, time.time(), info))
 
     async def get(self, key: str, owner: str | None = None) -> Session:
-        """A session by id or by name (names need the owner); NotFound otherwise."""
-        session = await self.query(lambda tx: tx.get_session(key, owner))
+        """A session by id, unique id prefix or name (names need the owner); NotFound
+        otherwise, InvalidRequest for a prefix of several."""
+        try:
+            session = await self.query(lambda tx: tx.get_session(key, owner))
+        except AmbiguousKey as exc:
+            raise InvalidRequest(str(exc)) from None
         if session is None:
             raise NotFound(f"no session {key!r}" + (f" of {owner}" if owner else ""))
         return session

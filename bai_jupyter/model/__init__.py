@@ -8,7 +8,7 @@ each have a module; every name is here too.
 
 from __future__ import annotations
 
-from .keys import ID_KEY_RE, MAX_REASON, REASON_RE, is_id_key, reason_problem
+from .keys import ID_KEY_RE, ID_LENGTH, MAX_REASON, REASON_RE, is_id_key, reason_problem
 from .pending import pending_reason
 from .records import (
     Agent,
@@ -48,6 +48,7 @@ __all__ = [
     "ACTIVE",
     "DIED",
     "ID_KEY_RE",
+    "ID_LENGTH",
     "MAIN_ROLE",
     "MAX_REASON",
     "NOT_ENDED",

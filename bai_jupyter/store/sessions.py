@@ -9,11 +9,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..model import HistoryEntry, Kernel, Session, SessionResult, Status, is_id_key
+from ..model import ID_LENGTH, HistoryEntry, Kernel, Session, SessionResult, Status, is_id_key
 from ..request import parse_spec
 from ..resources import ResourceSlot
 from ..wire import kernel_from_json
-from .errors import NameConflict
+from .errors import AmbiguousKey, NameConflict
 from .rows import (
     KERNEL_COLUMNS,
     NOT_ENDED_VALUES,
@@ -29,6 +29,9 @@ from .tables import (
     kernels_table,
     sessions_table,
 )
+
+#: Ids an ambiguous prefix's error shows at most.
+_SHOWN = 3
 
 
 class SessionRecords:
@@ -79,18 +82,25 @@ class SessionRecords:
         ]
 
     def get_session(self, key: str, owner: str | None = None) -> Session | None:
-        """A session by id, or by name among ``owner``'s live sessions (then newest).
+        """A session by id (or a unique prefix of one, 8 characters at least), or by name
+        among ``owner``'s live sessions (then newest).
 
         With an owner (a caller's key), which of the two ``key`` is follows
         :func:`~bai_jupyter.model.is_id_key` alone: an id-like key is never read as a
         name (a record of an older version named like an id is reached by its id
-        only), a name never as an id. Without one, ``key`` is an id (names need an owner)."""
+        only), a name never as an id. Without one, ``key`` is an id (names need an owner).
+        A prefix that more than one of the sessions looked at begins: AmbiguousKey."""
         rows: Sequence[Any] = []
         if owner is None or is_id_key(key):
-            query = sa.select(sessions_table).where(sessions_table.c.id == key)
+            ids = sessions_table.c.id
+            query = sa.select(sessions_table).where(
+                ids == key if len(key) >= ID_LENGTH else ids.startswith(key, autoescape=True)
+            )
             if owner is not None:
                 query = query.where(sessions_table.c.owner == owner)
-            rows = self.conn.execute(query).all()
+            rows = self.conn.execute(query.order_by(ids).limit(_SHOWN + 1)).all()
+            if len(rows) > 1:
+                raise AmbiguousKey(key, [r.id for r in rows[:_SHOWN]], len(rows) > _SHOWN)
         elif owner is not None:
             rows = self.conn.execute(
                 sa.select(sessions_table)

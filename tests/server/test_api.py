@@ -133,6 +133,22 @@ async def test_a_server_whose_manager_service_is_down_names_the_setting_that_poi
         srv.stop()
 
 
+async def test_a_sessions_short_id_reaches_it_through_the_api(server: Server) -> None:
+    """The 8 characters every view shows name the session (a unique prefix of its id)."""
+    alice = server.client("alice-token")
+    made = await alice.create({"starts_at": time.time() + 86400})
+    try:
+        short = made.id[:8]
+        for path in (f"sessions/{short}", f"sessions/{short}/logs"):
+            reply = await server.fetch("GET", f"bai/api/v1/{path}", token="alice-token")
+            assert reply.code == 200, (path, reply.body)
+        assert (await alice.get(short)).id == made.id
+        bob = await server.fetch("GET", f"bai/api/v1/sessions/{short}", token="bob-token")
+        assert bob.code == 404  # a prefix of someone else's id is no more his than the id
+    finally:
+        await alice.destroy(made.id[:12])
+
+
 async def test_openapi_is_served(server: Server) -> None:
     reply = await server.fetch("GET", "bai/api/v1/openapi.json")
     assert reply.code == 200
