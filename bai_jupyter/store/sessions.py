@@ -9,11 +9,21 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..model import ID_LENGTH, HistoryEntry, Kernel, Session, SessionResult, Status, is_id_key
+from ..model import (
+    ID_LENGTH,
+    HistoryEntry,
+    Kernel,
+    Session,
+    SessionResult,
+    Status,
+    is_id_key,
+    session_event,
+)
 from ..request import parse_spec
 from ..resources import ResourceSlot
 from ..wire import kernel_from_json
 from .errors import AmbiguousKey, NameConflict
+from .events import log_events
 from .rows import (
     KERNEL_COLUMNS,
     NOT_ENDED_VALUES,
@@ -24,6 +34,7 @@ from .rows import (
 )
 from .tables import (
     agents_table,
+    events_table,
     history_table,
     kernel_tokens_table,
     kernels_table,
@@ -149,6 +160,7 @@ class SessionRecords:
         self.conn.execute(sa.insert(sessions_table), [session_values(session)])
         self.conn.execute(sa.insert(kernels_table), [kernel_values(k) for k in session.kernels])
         self._add_history(session.id, session.status_history)
+        log_events(self.conn, [session_event(session)])
 
     def _add_history(self, session_id: str, entries: Iterable[HistoryEntry]) -> None:
         rows = [
@@ -158,8 +170,9 @@ class SessionRecords:
         if rows:
             self.conn.execute(sa.insert(history_table), rows)
 
-    def save_session(self, session: Session, before: Session) -> None:
-        """Write ``session``'s changes against its loaded state ``before``.
+    def save_session(self, session: Session, before: Session, **extra: Any) -> None:
+        """Write ``session``'s changes against its loaded state ``before``, and its event
+        (with ``extra``, e.g. a ``notice``).
 
         Kernels that start or stop occupying slots adjust their agents'
         ``occupied`` in the same transaction.
@@ -188,6 +201,7 @@ class SessionRecords:
                     deltas[now].append((kernel.slots, +1))
         self._adjust_occupied(deltas)
         self._add_history(session.id, session.status_history[len(before.status_history) :])
+        log_events(self.conn, [session_event(session, **extra)])
 
     def _adjust_occupied(self, deltas: dict[str, list[tuple[ResourceSlot, int]]]) -> None:
         for agent_id, changes in deltas.items():
@@ -247,12 +261,13 @@ class SessionRecords:
         return {owner: len(ids) for owner, ids in sessions.items()}, held
 
     def delete_sessions(self, ids: Iterable[str]) -> int:
-        """Remove sessions' records (kernels, logs, history and their kernel tokens' records
-        with them, and the records of the kernel tokens that created them); how many went."""
+        """Remove sessions' records (kernels, logs, history, events and their kernel tokens'
+        records with them, and the records of the kernel tokens that created them); how
+        many went."""
         gone = 0
         tokens = kernel_tokens_table.c
         for chunk in chunks(list(ids)):
-            for table in (history_table, kernels_table, kernel_tokens_table):
+            for table in (history_table, kernels_table, kernel_tokens_table, events_table):
                 self.conn.execute(sa.delete(table).where(table.c.session_id.in_(chunk)))
             self.conn.execute(
                 sa.delete(kernel_tokens_table).where(

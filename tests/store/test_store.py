@@ -42,6 +42,7 @@ OUR_TABLES = {
     "bai_templates",
     "bai_owners",
     "bai_kernel_tokens",
+    "bai_events",
 }
 
 
@@ -188,6 +189,7 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url:
     with store.write() as tx:
         tx.add_session(session)
     store.close()
+    sql(store_url, "DROP TABLE bai_events")
     sql(store_url, "DROP TABLE bai_kernel_tokens")
     sql(store_url, "DROP TABLE bai_owners")
     sql(store_url, "DROP TABLE bai_endpoints")
@@ -209,9 +211,9 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url:
 def test_new_store_records_schema_version(store_url: str) -> None:
     store = Store(store_url)
     store.close()
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     assert dict(sql(store_url, "SELECT key, value FROM bai_meta")) == {
-        "schema_version": "4",
+        "schema_version": "5",
         "store_id": store.id,
         "token_secret": store.token_secret,
     }

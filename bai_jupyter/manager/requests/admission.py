@@ -158,7 +158,7 @@ class Admission:
         except NameConflict as exc:
             raise Conflict(str(exc), field="name") from exc
         if not dry_run:
-            core.hub.publish(session)
+            core.hub.poke()  # its event was logged with it
             core.wake()
         return session
 

@@ -74,20 +74,19 @@ class KernelWatcher:
         """Count a process killed for memory in ``status_data["oom"]`` and tell the watchers."""
         now = time.time()
         store = self.core.require_store()
-
-        def noting() -> Session:
-            with store.edit(session.id) as s:
-                if s.status in ACTIVE:
-                    count = int((s.status_data.get("oom") or {}).get("count", 0)) + 1
-                    oom = {"count": count, "last_at": now, "kernel": host}
-                    s.status_data = {**s.status_data, "oom": oom}
-            return s
-
-        updated = await asyncio.to_thread(noting)
         notice = {
             "kind": "oom",
             "kernel": host,
             "at": now,
             "message": f"a process in {host} was killed: out of memory (the session goes on)",
         }
-        self.core.hub.publish(updated, notice=notice)
+
+        def noting() -> None:
+            with store.edit(session.id, notice=notice) as s:
+                if s.status in ACTIVE:
+                    count = int((s.status_data.get("oom") or {}).get("count", 0)) + 1
+                    oom = {"count": count, "last_at": now, "kernel": host}
+                    s.status_data = {**s.status_data, "oom": oom}
+
+        await asyncio.to_thread(noting)
+        self.core.hub.poke()
