@@ -117,8 +117,7 @@ class EventWatcher(threading.Thread):
                 )
                 with self._stream_lock:
                     if self._stopping.is_set():
-                        stream.close()
-                        break
+                        break  # closed below
                     self._stream = stream
                 if backoff.failures or renewing:
                     self.log.info("agent %s: docker event stream back", agent_id)
@@ -133,7 +132,8 @@ class EventWatcher(threading.Thread):
                         try:
                             self.loop.call_soon_threadsafe(self.report, event)
                         except RuntimeError:  # the loop is closed: nobody listens any more
-                            return
+                            self._stopping.set()
+                            break
                 if self._renew.is_set():
                     continue  # closed by renew(): at once, a new client above
                 if not self._stopping.is_set():
@@ -152,8 +152,7 @@ class EventWatcher(threading.Thread):
                 with self._stream_lock:
                     self._stream = None
                 if stream is not None:  # a broken stream holds its socket until closed
-                    with contextlib.suppress(Exception):
-                        stream.close()
+                    _close(stream)
             self._stopping.wait(backoff.delay or 0.1)
         if client is not None:
             with contextlib.suppress(Exception):
@@ -226,3 +225,17 @@ class EventWatcher(threading.Thread):
         return KernelEvent(
             KernelEventKind.NETWORK_LOST, session_id, kernel_id, detail={"network": network}
         )
+
+
+def _close(stream: Any) -> None:
+    """Close an event stream and its HTTP response (in the thread that read it).
+
+    The SDK's ``close()`` shuts the socket down, but the response's reader keeps its
+    file descriptor until the response is closed too: left to the garbage collector,
+    that is an unclosed socket (a ResourceWarning) at some random later time."""
+    with contextlib.suppress(Exception):
+        stream.close()
+    response = getattr(stream, "_response", None)
+    if response is not None:
+        with contextlib.suppress(Exception):
+            response.close()
