@@ -97,6 +97,12 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
     async def available(self) -> bool:
         return await engine_answers(self.endpoint, tls_dir=self.tls_cert_path)
 
+    async def reconnect(self) -> None:
+        """A new client and a new event stream (from the last event seen)."""
+        await self.engine.reconnect()
+        if self._watcher is not None:
+            self._watcher.renew()
+
     def announce(self, why: str) -> None:
         """One line, named or chosen by ``auto``: the engine answered either way."""
         self.log.info("bai-jupyter: kernels run in Docker (the local engine answered)")
