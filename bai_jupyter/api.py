@@ -98,8 +98,10 @@ class SessionsAPI(Protocol):
         next heartbeat is due."""
         ...
 
-    def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Status changes of the sessions the caller may see, as they happen."""
+    def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Changes of the sessions the caller may see, as they happen, each with its
+        ``seq``; ``since``: first those after that ``seq`` (or a ``reset`` event where they
+        are no longer kept)."""
         ...
 
     # --- templates ----------------------------------------------------------------------------

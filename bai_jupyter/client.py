@@ -266,12 +266,13 @@ class RemoteManager:
         reply: dict[str, Any] = await self._call("POST", _path("sessions", key, "execute"), body)
         return reply
 
-    async def events(self) -> AsyncGenerator[dict[str, Any], None]:
-        """Status changes of the caller's sessions as they happen (Server-Sent Events).
+    async def events(self, since: int | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """Changes of the caller's sessions as they happen (Server-Sent Events); ``since``:
+        first those after that ``seq`` (resume where a cut stream left off).
 
         A cut stream, or a frame that is not JSON, raises Unavailable.
         """
-        stream = EventStream(self)
+        stream = EventStream(self, since)
         try:
             while (event := await stream.next()) is not None:
                 yield event

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -43,7 +44,7 @@ class Remote(Protocol):
     url: str
     request_timeout: float
 
-    def api_url(self, path: str) -> str: ...
+    def api_url(self, path: str, query: Mapping[str, Any] | None = None) -> str: ...
 
     def headers(self) -> dict[str, str]: ...
 
@@ -58,10 +59,11 @@ class EventStream:
     HTTP client offers no way to abort a request it has under way.
     """
 
-    def __init__(self, remote: Remote) -> None:
+    def __init__(self, remote: Remote, since: int | None = None) -> None:
         self._queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         self._stream: IOStream | None = None
         self._closing = False
+        self._since = since
         self._task = asyncio.ensure_future(self._pump(remote))
 
     def _feed(self, buffer: bytes) -> bytes:
@@ -79,7 +81,7 @@ class EventStream:
         return buffer
 
     async def _connect(self, remote: Remote) -> IOStream:
-        url = urlsplit(remote.api_url("events"))
+        url = urlsplit(remote.api_url("events", {"since": self._since}))
         secure = url.scheme == "https"
         port = url.port or (443 if secure else 80)
         stream = await asyncio.wait_for(

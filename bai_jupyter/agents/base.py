@@ -82,7 +82,8 @@ class KernelEvent:
     exit_code: int | None = None
     #: Extra facts: ``{"task_timeout": True}`` when a batch hit its time limit,
     #: ``{"requested": True}`` when the agent itself was removing the kernel,
-    #: ``{"oom_killed": True}`` when the kernel died of its memory limit.
+    #: ``{"oom_killed": True}`` when the kernel died of its memory limit,
+    #: ``{"agent_stopped": True}`` when it was stopped with its agent (a clean engine stop).
     detail: dict[str, Any] = field(default_factory=dict)
 
 
@@ -213,6 +214,11 @@ class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
     async def available(self) -> bool:
         """Whether this agent can run kernels here now (``backend = "auto"`` asks in turn)."""
         return True
+
+    async def reconnect(self) -> None:
+        """Trust nothing kept from before: the agent answers again after a silence, and its
+        machine may have died meanwhile without closing a connection (a backend with kept
+        connections or streams makes them anew)."""
 
     def announce(self, why: str) -> None:
         """Say in the log that this agent runs the kernels, and ``why`` it was chosen."""

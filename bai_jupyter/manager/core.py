@@ -1,8 +1,8 @@
 """What every part of the manager shares: the store, the agents, the event hub, its tasks.
 
 Every transition goes through :meth:`Core.edit`: one store transaction (checked
-against the lifecycle table), then an event. Store calls run in a thread, so
-nothing here blocks the event loop.
+against the lifecycle table) that logs its event too, which the hub then reads and
+tells. Store calls run in a thread, so nothing here blocks the event loop.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from typing import Any, Protocol, TypeVar
 from traitlets.config import LoggingConfigurable
 
 from ..agents.base import AgentBackend
-from ..errors import NotFound, Timeout, Unavailable
+from ..errors import InvalidRequest, NotFound, Timeout, Unavailable
 from ..loops import Periodic
 from ..model import ACTIVE, TRANSITIONS, Kernel, Session, Status
 from ..scheduler import SchedulerConfig
 from ..scheduler.selectors import AgentSelector
 from ..scheduler.sequencers import Sequencer
-from ..store import Store, Transaction
+from ..store import AmbiguousKey, Store, Transaction
+from ..store.notify import Listener
 from .events import EventHub
 
 __all__ = ["Core", "GroupScheduler", "Settings", "find_kernel", "move"]
@@ -102,6 +103,9 @@ class Core:
         self.loops: set[asyncio.Task[Any]] = set()
         #: Set to ask for a scheduling pass now (the scheduling loop waits on it).
         self.wakeup = asyncio.Event()
+        #: The follower of the store's change log, and its PostgreSQL listener.
+        self._follower: asyncio.Task[None] | None = None
+        self._listener: Listener | None = None
 
     @property
     def log(self) -> logging.Logger | logging.LoggerAdapter[Any]:
@@ -168,6 +172,37 @@ class Core:
     async def query(self, fn: Callable[[Transaction], T]) -> T:
         return await self.db(fn, write=False)
 
+    async def follow_events(
+        self, interval: Callable[[], float], retention: Callable[[], float]
+    ) -> None:
+        """Tell subscribers every session event logged in the store from now on (whoever
+        logged it), until :meth:`stop_events`: read every ``interval()`` seconds, at once
+        after this process's own writes and, on PostgreSQL, after anyone's (NOTIFY)."""
+        store = self.require_store()
+        await self.hub.open(_StoreEventLog(self))
+        loop = asyncio.get_running_loop()
+
+        def woken() -> None:  # in the listener's thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(self.hub.poke)
+
+        self._listener = store.listen(woken)
+        # Not one of the tasks: stopping waits on those, and this one runs to the end.
+        self._follower = asyncio.ensure_future(
+            self.hub.follow(interval, retention, lambda: self.log)
+        )
+
+    async def stop_events(self) -> None:
+        if self._follower is not None:
+            self.hub.close()  # it ends after the read under way, which holds a connection
+            done, _ = await asyncio.wait([self._follower], timeout=30)
+            if not done:
+                self._follower.cancel()
+            self._follower = None
+        if self._listener is not None:
+            await asyncio.to_thread(self._listener.stop)
+            self._listener = None
+
     async def edit(self, session_id: str, change: Callable[[Session], None]) -> Session:
         """Change a session in one transaction (validated by the lifecycle table), then tell."""
         store = self.require_store()
@@ -178,15 +213,19 @@ class Core:
             return session
 
         session = await asyncio.to_thread(run)
-        self.hub.publish(session)
+        self.hub.poke()  # its event is in the store's log: tell it now
         return session
 
     async def transition(self, session_id: str, status: Status, info: str | None = None) -> Session:
         return await self.edit(session_id, lambda s: move(s, status, time.time(), info))
 
     async def get(self, key: str, owner: str | None = None) -> Session:
-        """A session by id or by name (names need the owner); NotFound otherwise."""
-        session = await self.query(lambda tx: tx.get_session(key, owner))
+        """A session by id, unique id prefix or name (names need the owner); NotFound
+        otherwise, InvalidRequest for a prefix of several."""
+        try:
+            session = await self.query(lambda tx: tx.get_session(key, owner))
+        except AmbiguousKey as exc:
+            raise InvalidRequest(str(exc)) from None
         if session is None:
             raise NotFound(f"no session {key!r}" + (f" of {owner}" if owner else ""))
         return session
@@ -241,3 +280,19 @@ class Core:
             raise Unavailable(f"session {session.id} is {session.status.value}, not RUNNING")
         target = find_kernel(session, hostname)
         return self.agent_of(target), target.id
+
+
+class _StoreEventLog:
+    """The store's change log, read and pruned in a thread."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    def after(self, seq: int, limit: int) -> Awaitable[list[tuple[int, dict[str, Any]]]]:
+        return self.core.query(lambda tx: tx.events_after(seq, limit))
+
+    def bounds(self) -> Awaitable[tuple[int, int]]:
+        return self.core.query(lambda tx: tx.event_bounds())
+
+    def prune(self, before: float) -> Awaitable[int]:
+        return self.core.db(lambda tx: tx.prune_events(before))

@@ -126,6 +126,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         hang_limits(self.hang_timeout)  # a bad setting stops the start, with its message
         self.pool_keeper.load(await asyncio.to_thread(parse_pools, list(self.warm_pools)))
         core.store = await asyncio.to_thread(Store, self.store_url)
+        await core.follow_events(lambda: self.event_interval, lambda: self.event_retention)
         for agent in await self._make_agents():
             agent.use_scope(core.store.id)
             core.agents[agent.id] = agent
@@ -176,6 +177,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
                 task.cancel()
         for agent in core.agents.values():
             await agent.close()
+        await core.stop_events()  # told to the end: tear-downs above logged theirs
         if core.tasks:
             await asyncio.wait(list(core.tasks), timeout=10)
         self.activity.close()
@@ -349,9 +351,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.servers.alive(owner, server)
         return self.servers.every()
 
-    def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Session status changes as they happen (until the caller stops iterating)."""
-        return self.core.hub.events()
+    def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Session changes as they happen, made by any process on the store (until the
+        caller stops iterating); ``since``: first those logged after that ``seq``."""
+        return self.core.hub.events(since)
 
     # --- views of the agents and the queue ----------------------------------------------------
 

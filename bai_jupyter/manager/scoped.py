@@ -197,15 +197,20 @@ class ScopedManager:
 
         return await self._run(call())
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
         admin = await self.is_admin("read")
-        source = self.manager.events()
+        source = self.manager.events(since)
         if self.thread is not None:
             source = _across(source, self.thread)
         async for event in source:
             # The manager's own sessions (a warm pool's) are nobody's: everyone sees them.
             owner = event.get("owner")
-            if admin or owner == self.owner or (isinstance(owner, str) and exempt(owner)):
+            if (
+                event["type"] != "session"  # about the stream itself (a reset)
+                or admin
+                or owner == self.owner
+                or (isinstance(owner, str) and exempt(owner))
+            ):
                 yield event
 
     # --- templates ----------------------------------------------------------------------------

@@ -124,6 +124,21 @@ class ManagerSettings(HasTraits):
     retention_interval = Float(
         3600.0, config=True, help="Seconds between deletions of ended sessions past retention."
     )
+    event_interval = Float(
+        0.25,
+        min=0.01,
+        config=True,
+        help="Seconds between reads of the store's change log for the changes other "
+        "processes on the store made (this process's own are told at once): how late "
+        "an event stream may tell another server's or replica's change.",
+    )
+    event_retention = Float(
+        3600.0,
+        min=60.0,
+        config=True,
+        help="Seconds the store keeps each session event: an event stream that resumes "
+        "(`since`, Last-Event-ID) within it misses nothing; later it gets a `reset` event.",
+    )
     log_limit = Int(
         LOG_BYTES_LIMIT,
         min=1024,

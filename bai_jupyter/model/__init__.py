@@ -2,13 +2,15 @@
 
 The states and their table (``status``), what a user asks for (``spec``), the
 rule reading a key as an id or a name (``keys``), the
-records the store keeps (``records``) and why a pending session waits (``pending``)
-each have a module; every name is here too.
+records the store keeps (``records``), why a pending session waits (``pending``) and
+what a change says to those who follow it (``events``) each have a module; every name
+is here too.
 """
 
 from __future__ import annotations
 
-from .keys import ID_KEY_RE, MAX_REASON, REASON_RE, is_id_key, reason_problem
+from .events import session_event
+from .keys import ID_KEY_RE, ID_LENGTH, MAX_REASON, REASON_RE, is_id_key, reason_problem
 from .pending import pending_reason
 from .records import (
     Agent,
@@ -48,6 +50,7 @@ __all__ = [
     "ACTIVE",
     "DIED",
     "ID_KEY_RE",
+    "ID_LENGTH",
     "MAIN_ROLE",
     "MAX_REASON",
     "NOT_ENDED",
@@ -78,4 +81,5 @@ __all__ = [
     "new_id",
     "pending_reason",
     "reason_problem",
+    "session_event",
 ]

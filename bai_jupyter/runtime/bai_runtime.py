@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from .config import Bootstrap, BootstrapError, environ_text, resource_text, write_file
+from .hosts import resolve_own_name_inside
 from .modes import RUNNERS
 from .processes import RuntimeFailure, Supervisor
 from .protocol import CONFIG_DIR, WORK_DIR, say
@@ -68,6 +69,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="/etc/backend.ai/service-defs",
         help="directory of Backend.AI service definitions",
     )
+    p.add_argument(
+        "--egress-subnet",
+        action="append",
+        default=[],
+        help="a subnet of the shared egress bridge: this kernel's hostname is taken off its "
+        "addresses there in the hosts file, so it resolves to the session network (repeatable)",
+    )
+    p.add_argument(
+        "--hosts-file", default="/etc/hosts", help="the hosts file --egress-subnet fixes"
+    )
     p.add_argument("--ssh-home", default=None, help="home to install SSH keys in (default: ~)")
     p.add_argument("--ssh-etc", default="/etc/ssh", help="where sshd's host key goes")
     p.add_argument("--sshd", default="/usr/sbin/sshd", help="sshd binary (absolute path)")
@@ -86,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"bad bootstrap: {e}")
         return EXIT_BAD_BOOTSTRAP
     pumps: list[threading.Thread] = []
+    if args.egress_subnet:  # before anything here (or the user's code) resolves the name
+        resolve_own_name_inside(Path(args.hosts_file), args.egress_subnet)
 
     def set_up() -> SSHD | None:
         """SSH between the kernels and the image's services; the runner calls it when it

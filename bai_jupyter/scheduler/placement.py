@@ -75,6 +75,8 @@ class AgentPool:
         #: The smallest amount any placement of this pass asks for (None: no pruning).
         self.floor: Vector | None = None if floor is None else self.vector(floor)
         self.partitions: dict[frozenset[str], Partition] = {}
+        #: Agents marked lost (they do not answer): out of the pool until they do.
+        self.lost = sorted(a.id for a in agents if not a.schedulable)
         for agent in sorted(agents, key=lambda a: a.id):
             if not agent.schedulable:
                 continue
@@ -177,7 +179,20 @@ class AgentPool:
                 yield self.agents[agent_id]
 
     def describe_shortfall(self, spec: SessionSpec) -> str:
-        """Why a session does not fit now, in words a user understands."""
+        """Why a session does not fit now, in words a user understands, and the lost agents
+        of the group (what they hold may be what it waits for)."""
+        why = self._shortfall(spec)
+        if not self.lost:
+            return why
+        names = ", ".join(self.lost)
+        lost = (
+            f"agent {names} does not answer"
+            if len(self.lost) == 1
+            else f"agents {names} do not answer"
+        )
+        return f"{why}; {lost} (lost: nothing is placed there until it answers again)"
+
+    def _shortfall(self, spec: SessionSpec) -> str:
         size, whole = spec.cluster_size, spec.total_resources
         # The largest kernel (by its slots in order): what one agent must hold when split.
         per_kernel = (

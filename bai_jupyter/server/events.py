@@ -1,7 +1,9 @@
 """``/bai/api/v1/events``: session and kernel status changes as Server-Sent Events.
 
 SSE rather than a WebSocket: it is one plain authorized GET, proxies and
-browsers' ``EventSource`` handle it, and the stream only goes one way.
+browsers' ``EventSource`` handle it, and the stream only goes one way. Each frame's
+``id`` is the event's ``seq`` in the store's change log: a client that reconnects
+with ``Last-Event-ID`` (``EventSource`` does) or ``?since=`` gets what it missed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..broadcast import put_dropping_oldest
-from ..errors import BaiError
+from ..errors import BaiError, InvalidRequest
 from .base import BaiHandler
 
 __all__ = ["EventsHandler", "end_stream"]
@@ -37,13 +39,22 @@ class EventsHandler(BaiHandler):
         if queue is not None:
             end_stream(queue)
 
-    async def _pump(self) -> None:
+    def _since(self) -> int | None:
+        """Where the client resumes: ``?since=`` or the ``Last-Event-ID`` header."""
+        since = self.get_query_argument("since", None) or self.request.headers.get("Last-Event-ID")
+        if since is None or since == "":
+            return None
+        if not since.isdigit() or len(since) > 18:
+            raise InvalidRequest(f"since: must be an event's seq (a whole number), got {since!r}")
+        return int(since)
+
+    async def _pump(self, since: int | None) -> None:
         """Copy the caller's events to the queue; when they end, so does the stream.
 
         In remote mode they end when the manager service goes away (a restart): the
         client then reconnects, rather than wait on a stream nothing feeds any more."""
         try:
-            async for event in self.api.events():  # only what the caller may see
+            async for event in self.api.events(since):  # only what the caller may see
                 put_dropping_oldest(self._queue, event)  # a slow reader loses the oldest
         except BaiError as exc:
             self.log.info("bai-jupyter: event stream ends: %s", exc)
@@ -53,11 +64,12 @@ class EventsHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
+        since = self._since()
         self._queue = asyncio.Queue(maxsize=1000)
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
-        pump = asyncio.ensure_future(self._pump())
+        pump = asyncio.ensure_future(self._pump(since))
         self.app.streams.add(self._queue)
         try:
             self.write(": connected\n\n")
@@ -71,7 +83,8 @@ class EventsHandler(BaiHandler):
                     continue
                 if event is None:
                     break
-                self.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n")
+                seq = f"id: {event['seq']}\n" if "seq" in event else ""
+                self.write(f"{seq}event: {event['type']}\ndata: {json.dumps(event)}\n\n")
                 await self.flush()
         except StreamClosedError:
             pass

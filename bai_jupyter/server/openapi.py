@@ -307,13 +307,23 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
         },
         "/events": {
             "get": operation(
-                "session and kernel status changes (Server-Sent Events)",
+                "session and kernel status changes (Server-Sent Events), from the store's "
+                "change log: made by any process on the store",
                 {
                     "200": {
-                        "description": "event: session / data: {session_id, status, kernels, …}",
+                        "description": "id: SEQ / event: session / data: {session_id, status, "
+                        "kernels, …, seq}; event: reset when a resumed stream missed events "
+                        "the store no longer keeps",
                         "content": {"text/event-stream": {"schema": {"type": "string"}}},
                     }
                 },
+                parameters=[
+                    query_param(
+                        "since",
+                        "resume: first every event after this seq (or send Last-Event-ID)",
+                        pattern="^[0-9]{1,18}$",
+                    )
+                ],
             )
         },
         "/openapi.json": {

@@ -164,7 +164,13 @@ SCHEMAS: dict[str, Any] = {
                 "nullable": True,
                 "description": "name of a template whose fields this request overrides",
             },
-            "meta": {"type": "object", "nullable": True, "description": "front ends' facts"},
+            "meta": {
+                "type": "object",
+                "nullable": True,
+                "description": "front ends' facts; notebook_folder (a folder of the file "
+                "browser, '' its root) asks for the notebooks mounted and the kernels "
+                "started there, recorded as notebook_dir (the new-session dialog's)",
+            },
         },
     },
     "Session": {
@@ -221,6 +227,13 @@ SCHEMAS: dict[str, Any] = {
                 "description": "a running system session's SFTP server: host, port, user, "
                 "known_hosts, command, rsync (the rsync command line, where the image has "
                 "rsync); private_key with connection=true (null: none)",
+            },
+            "end_notice": {
+                "type": "string",
+                "nullable": True,
+                "description": "once someone ended it on purpose (not a death): who, why, "
+                "and that its notebook kernel does not restart, as a notebook says it; "
+                "null otherwise",
             },
         },
     },

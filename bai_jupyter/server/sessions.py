@@ -16,7 +16,8 @@ from tornado import web
 from ..agents.capped import MAX_LOG_TAIL
 from ..errors import Forbidden, InvalidRequest
 from ..idleness import idle_view
-from ..model import ACTIVE, KernelRole, Session, SessionType, Status
+from ..kernel_end import ended_notice
+from ..model import ACTIVE, KernelRole, Session, SessionType, Status, ended_on_purpose
 from ..wire import session_to_json
 from .base import BaiHandler
 from .checks import require_running
@@ -65,7 +66,9 @@ def service_list(session: Session, base_url: str) -> list[dict[str, Any]]:
 
 def session_view(session: Session, base_url: str, connection: bool = False) -> dict[str, Any]:
     """The API's session: :func:`~bai_jupyter.wire.session_to_json` plus ``services``,
-    ``idle`` (each idle rule's time left) and ``sftp`` (a system session's login).
+    ``idle`` (each idle rule's time left), ``sftp`` (a system session's login) and
+    ``end_notice`` (what its notebook kernel says once someone ended it on purpose: the
+    provisioner's own words, so a front end need not know which reasons are deaths).
 
     A kernel's HMAC connection key signs every message to it (whoever has it can run
     code there), and a system session's SFTP private key opens its data folders: both
@@ -76,6 +79,9 @@ def session_view(session: Session, base_url: str, connection: bool = False) -> d
         "services": service_list(session, base_url),
         "idle": idle_view(session.status_data, time.time(), session.status in ACTIVE),
         "sftp": None,
+        "end_notice": (
+            ended_notice(session) if ended_on_purpose(session.status, session.status_info) else None
+        ),
     }
     for kernel in view["kernels"]:
         info = kernel.get("info") or {}
@@ -150,6 +156,7 @@ class SessionsHandler(BaiHandler):
             # Users of a shared server must not mount its root dir through the API: only
             # its own kernel provisioner (in-process) may ask for the notebook dir.
             meta.pop("notebook_dir", None)
+        meta = self._notebook_folder(meta)
         if _flag(self, "dry_run"):  # validate only: what would be created, with defaults
             checked = await self.api.create(body, template, meta, dry_run=True)
             self.write_json(session_view(checked, self.base_url))
@@ -157,6 +164,33 @@ class SessionsHandler(BaiHandler):
         session = await self.api.create(body, template, meta)
         self.set_header("Location", url_path_join(self.request.path, session.id))
         self.write_json(session_view(session, self.base_url), status=201)
+
+    def _notebook_folder(self, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``meta.notebook_folder`` (a folder of the file browser, "" its root: where the
+        new-session dialog opens its notebook) becomes ``meta.notebook_dir``, the folder
+        Jupyter gives a kernel started there (``cwd_for_path``), as the kernel provisioner
+        records a notebook's: the manager mounts the notebooks and starts the kernels in
+        it. Only when asked; a multi-user server drops it, as it drops notebook_dir, and so
+        does the standalone manager (it has no notebooks)."""
+        if not meta or "notebook_folder" not in meta:
+            return meta
+        meta = dict(meta)
+        folder = meta.pop("notebook_folder")
+        if (
+            not isinstance(folder, str)
+            or folder.startswith("/")
+            or "\\" in folder
+            or ".." in folder.split("/")
+        ):
+            raise InvalidRequest(
+                "meta.notebook_folder: must be a folder of the file browser relative to its "
+                f"root (\"\" for the root, no '..'), got {folder!r}",
+                field="meta.notebook_folder",
+            )
+        kernels = self.settings.get("kernel_manager")
+        if kernels is not None and not self.app.multi_user:
+            meta["notebook_dir"] = kernels.cwd_for_path(folder)
+        return meta
 
 
 class SessionHandler(BaiHandler):

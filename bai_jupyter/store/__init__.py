@@ -12,13 +12,14 @@ The store is synchronous; async callers run it through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
-from .errors import NameConflict, StoreError, StoreVersionError
+from .errors import AmbiguousKey, NameConflict, StoreError, StoreVersionError
 from .store import Store, default_url
 from .tables import SCHEMA_VERSION
 from .transaction import Transaction
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AmbiguousKey",
     "NameConflict",
     "Store",
     "StoreError",

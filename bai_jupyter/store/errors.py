@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NameConflict", "StoreError", "StoreVersionError"]
+__all__ = ["AmbiguousKey", "NameConflict", "StoreError", "StoreVersionError"]
 
 
 class StoreError(RuntimeError):
@@ -15,3 +15,13 @@ class StoreVersionError(StoreError):
 
 class NameConflict(StoreError):
     """A name taken: by a live session of the same owner, or by any endpoint."""
+
+
+class AmbiguousKey(StoreError):
+    """A short id (a prefix) that more than one session's id begins with."""
+
+    def __init__(self, key: str, ids: list[str], more: bool) -> None:
+        shown = ", ".join(ids) + (", …" if more else "")
+        super().__init__(
+            f"session key {key!r} is ambiguous: it begins the ids {shown}; give more of the id"
+        )

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 from .rows import chunks
 from .tables import (
     endpoints_table,
+    events_table,
     kernel_tokens_table,
     meta_table,
     owners_table,
@@ -84,6 +85,7 @@ MIGRATIONS: dict[int, Step] = {
     1: Step((owners_table,)),
     2: Step((endpoints_table,)),
     3: Step((kernel_tokens_table,), _kernel_tokens_out_of_meta),
+    4: Step((events_table,)),
 }
 
 

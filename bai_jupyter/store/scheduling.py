@@ -18,10 +18,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..model import Session, SessionResult, SessionSpec, Status
+from ..model import Session, SessionResult, SessionSpec, Status, session_event
 from ..request import parse_spec
 from ..resources import ResourceSlot
 from .bulk import insert_many, update_many
+from .events import log_events
 from .rows import OCCUPYING_VALUES, chunks
 from .sessions import adjust_occupied
 from .tables import history_table, kernels_table, meta_table, sessions_table
@@ -162,6 +163,23 @@ class SchedulingRecords:
             key="session_id",
         )  # fmt: skip
         adjust_occupied(self.conn, deltas)
+        # Their events, in this transaction: every kernel now has its session's status.
+        hosts: dict[str, list[str]] = defaultdict(list)
+        for chunk in chunks([x.id for x in sessions]):
+            rows = self.conn.execute(
+                sa.select(k.session_id, k.hostname)
+                .where(k.session_id.in_(chunk))
+                .order_by(k.session_id, k.role, k.cluster_idx)
+            )
+            for row in rows:
+                hosts[row.session_id].append(row.hostname)
+        log_events(
+            self.conn,
+            [
+                {**session_event(x), "kernels": {h: x.status.value for h in hosts[x.id]}}
+                for x in sessions
+            ],
+        )
 
     def change_count(self) -> int:
         row = self.conn.execute(

@@ -9,12 +9,23 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..model import HistoryEntry, Kernel, Session, SessionResult, SessionSpec, Status, is_id_key
+from ..model import (
+    ID_LENGTH,
+    HistoryEntry,
+    Kernel,
+    Session,
+    SessionResult,
+    SessionSpec,
+    Status,
+    is_id_key,
+    session_event,
+)
 from ..request import parse_spec
 from ..resources import ResourceSlot
 from ..wire import kernel_from_json
 from .bulk import insert_many, update_many
-from .errors import NameConflict
+from .errors import AmbiguousKey, NameConflict
+from .events import log_events
 from .rows import (
     KERNEL_COLUMNS,
     NOT_ENDED_VALUES,
@@ -24,6 +35,7 @@ from .rows import (
 )
 from .tables import (
     agents_table,
+    events_table,
     history_table,
     kernel_tokens_table,
     kernels_table,
@@ -31,6 +43,8 @@ from .tables import (
 )
 
 _UNSET = object()
+#: Ids an ambiguous prefix's error shows at most.
+_SHOWN = 3
 
 
 class SessionRecords:
@@ -83,18 +97,25 @@ class SessionRecords:
         ]
 
     def get_session(self, key: str, owner: str | None = None) -> Session | None:
-        """A session by id, or by name among ``owner``'s live sessions (then newest).
+        """A session by id (or a unique prefix of one, 8 characters at least), or by name
+        among ``owner``'s live sessions (then newest).
 
         With an owner (a caller's key), which of the two ``key`` is follows
         :func:`~bai_jupyter.model.is_id_key` alone: an id-like key is never read as a
         name (a record of an older version named like an id is reached by its id
-        only), a name never as an id. Without one, ``key`` is an id (names need an owner)."""
+        only), a name never as an id. Without one, ``key`` is an id (names need an owner).
+        A prefix that more than one of the sessions looked at begins: AmbiguousKey."""
         rows: Sequence[Any] = []
         if owner is None or is_id_key(key):
-            query = sa.select(sessions_table).where(sessions_table.c.id == key)
+            ids = sessions_table.c.id
+            query = sa.select(sessions_table).where(
+                ids == key if len(key) >= ID_LENGTH else ids.startswith(key, autoescape=True)
+            )
             if owner is not None:
                 query = query.where(sessions_table.c.owner == owner)
-            rows = self.conn.execute(query).all()
+            rows = self.conn.execute(query.order_by(ids).limit(_SHOWN + 1)).all()
+            if len(rows) > 1:
+                raise AmbiguousKey(key, [r.id for r in rows[:_SHOWN]], len(rows) > _SHOWN)
         elif owner is not None:
             rows = self.conn.execute(
                 sa.select(sessions_table)
@@ -144,18 +165,21 @@ class SessionRecords:
         self.conn.execute(sa.insert(kernels_table), [kernel_values(k) for k in session.kernels])
         self._add_history(session.id, session.status_history)
         self.changed = True
+        log_events(self.conn, [session_event(session)])
 
     def _add_history(self, session_id: str, entries: Iterable[HistoryEntry]) -> None:
         rows = _history_rows(session_id, entries)
         if rows:
             self.conn.execute(sa.insert(history_table), rows)
 
-    def save_session(self, session: Session, before: Session) -> None:
-        """Write ``session``'s changes against its loaded state ``before``."""
-        self.save_sessions([(session, before)])
+    def save_session(self, session: Session, before: Session, **extra: Any) -> None:
+        """Write ``session``'s changes against its loaded state ``before``, and its event
+        (with ``extra``, e.g. a ``notice``)."""
+        self.save_sessions([(session, before)], **extra)
 
-    def save_sessions(self, changes: Sequence[tuple[Session, Session]]) -> None:
-        """Write sessions' changes against their loaded states, a few statements for all.
+    def save_sessions(self, changes: Sequence[tuple[Session, Session]], **extra: Any) -> None:
+        """Write sessions' changes against their loaded states, a few statements for all,
+        and each one's event (with ``extra``).
 
         Only changed columns are written, one executemany per set of columns. Kernels that
         start or stop occupying slots adjust their agents' ``occupied`` in the same
@@ -193,6 +217,7 @@ class SessionRecords:
                 update_many(self.conn, table, params)
         self.changed |= adjust_occupied(self.conn, deltas)
         insert_many(self.conn, history_table, history)
+        log_events(self.conn, [session_event(session, **extra) for session, _ in changes])
 
     def save_logs(self, kernel_id: str, logs: str) -> None:
         """Keep a kernel's output after its container is gone."""
@@ -218,12 +243,13 @@ class SessionRecords:
         return states
 
     def delete_sessions(self, ids: Iterable[str]) -> int:
-        """Remove sessions' records (kernels, logs, history and their kernel tokens' records
-        with them, and the records of the kernel tokens that created them); how many went."""
+        """Remove sessions' records (kernels, logs, history, events and their kernel tokens'
+        records with them, and the records of the kernel tokens that created them); how
+        many went."""
         gone = 0
         tokens = kernel_tokens_table.c
         for chunk in chunks(list(ids)):
-            for table in (history_table, kernels_table, kernel_tokens_table):
+            for table in (history_table, kernels_table, kernel_tokens_table, events_table):
                 self.conn.execute(sa.delete(table).where(table.c.session_id.in_(chunk)))
             self.conn.execute(
                 sa.delete(kernel_tokens_table).where(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import secrets
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from ..model import (
 )
 from .errors import StoreError, StoreVersionError
 from .migrations import MIGRATIONS, migrate
+from .notify import Listener
 from .tables import SCHEMA_VERSION, meta_table, metadata
 from .transaction import Transaction
 
@@ -137,6 +138,13 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def listen(self, woken: Callable[[], None]) -> Listener | None:
+        """Call ``woken()`` (in a thread) whenever a process logs events on this store: on
+        PostgreSQL at once (NOTIFY); ``None`` on SQLite, whose log is read on a timer."""
+        if self.engine.dialect.name != "postgresql":
+            return None
+        return Listener(self.engine, woken)
+
     @contextmanager
     def write(self) -> Iterator[Transaction]:
         """A serialized write transaction: commits on success, rolls back on error."""
@@ -159,12 +167,13 @@ class Store:
             yield Transaction(conn)
 
     @contextmanager
-    def edit(self, session_id: str) -> Iterator[Session]:
-        """Load a session in a write transaction, let the caller change it, save the diff."""
+    def edit(self, session_id: str, **extra: Any) -> Iterator[Session]:
+        """Load a session in a write transaction, let the caller change it, save the diff
+        and its event (with ``extra``)."""
         with self.write() as tx:
             session = tx.get_session(session_id)
             if session is None:
                 raise KeyError(session_id)
             before = copy.deepcopy(session)
             yield session
-            tx.save_session(session, before)
+            tx.save_session(session, before, **extra)

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 #: Bump with every change of the tables below, and add the step to
 #: :data:`~bai_jupyter.store.migrations.MIGRATIONS`.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = sa.MetaData()
 
@@ -133,4 +133,27 @@ kernel_tokens_table = sa.Table(
     sa.Column("target", sa.String(64), primary_key=True),
     sa.Column("at", sa.BigInteger, nullable=True),
     sa.Index("ix_bai_kernel_tokens_target", "kind", "target"),
+)
+
+#: The change log: one row per change of a session, written in the change's own
+#: transaction (``store.events``). Write transactions are serialized (see
+#: ``Store.write``), so ``seq`` grows in commit order and a reader that has seen up to
+#: ``seq`` N never misses a later row. No foreign key: a purged session's events stay
+#: until pruned, as a stream's reader may not have read them yet.
+events_table = sa.Table(
+    "bai_events",
+    metadata,
+    sa.Column(
+        "seq",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    sa.Column("at", sa.Float, nullable=False, index=True),
+    sa.Column("session_id", sa.String(32), nullable=False, index=True),
+    #: The event as the stream carries it (``model.session_event``).
+    sa.Column("data", sa.JSON, nullable=False),
+    # Never a seq again once pruned (SQLite reuses the highest rowid otherwise): a
+    # reader resuming after it would miss every new event.
+    sqlite_autoincrement=True,
 )

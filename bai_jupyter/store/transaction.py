@@ -6,6 +6,7 @@ from sqlalchemy.engine import Connection
 
 from .agents import AgentRecords
 from .endpoints import EndpointRecords
+from .events import EventRecords
 from .kernel_tokens import KernelTokenRecords
 from .meta import MetaRecords
 from .scheduling import SchedulingRecords
@@ -18,6 +19,7 @@ class Transaction(
     AgentRecords,
     TemplateRecords,
     EndpointRecords,
+    EventRecords,
     KernelTokenRecords,
     MetaRecords,
     SchedulingRecords,

@@ -15,6 +15,12 @@ import { buildRequest, EMPTY_FORM, formField, FormField, FormValues, messageText
 import { SessionJSON, SessionRequest, TemplateJSON } from './types';
 
 const CHECK_DELAY_MS = 250;
+/**
+ * Where "Open notebook" makes the notebook of a session the dialog created (the file
+ * browser's root): the create asks the server to start the session's kernels in that
+ * folder (`meta.notebook_folder`), as a bai kernelspec's notebook starts in its own.
+ */
+export const NOTEBOOK_FOLDER = '';
 
 type Input = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
 
@@ -331,8 +337,13 @@ export async function newSessionDialog(
   if (!answer.button.accept) {
     return null;
   }
+  const request = form.request();
   try {
-    return await client.create(form.request());
+    return await client.create(
+      request.type === 'interactive'
+        ? { ...request, meta: { notebook_folder: NOTEBOOK_FOLDER } }
+        : request
+    );
   } catch (error) {
     await showDialog({
       title: 'The session was not created',

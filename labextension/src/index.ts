@@ -11,8 +11,9 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { BaiClient } from './api';
-import { newSessionDialog } from './dialog';
+import { NOTEBOOK_FOLDER, newSessionDialog } from './dialog';
 import { HeldRuns } from './heldRuns';
+import { followKernelEnds } from './kernelEnd';
 import { baiIcon } from './icon';
 import { LiveState } from './live';
 import { logViewer } from './logs';
@@ -76,7 +77,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const name = await client.attachKernelspec(session.id);
         await app.serviceManager.kernelspecs.refreshSpecs();
         const model = await app.commands.execute('docmanager:new-untitled', {
-          path: '',
+          path: NOTEBOOK_FOLDER,
           type: 'notebook'
         });
         await app.commands.execute('docmanager:open', {
@@ -160,6 +161,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     if (notebooks) {
       new HeldRuns(notebooks);
+      followKernelEnds(notebooks, live.state);
     }
     if (statusBar && notebooks) {
       const item = new SessionStatus(

@@ -6,10 +6,11 @@
 import { ISignal, Signal } from '@lumino/signaling';
 import type { EndpointJSON } from './endpoints';
 import type { PoolJSON } from './pools';
-import { idleLines } from './text';
+import { idleLines, label } from './text';
 import {
   ACTIVE,
   attachSpecName,
+  ENDED,
   NOT_ENDED,
   Status,
   type AgentJSON,
@@ -228,6 +229,37 @@ export class BaiState {
       }
     }
     return found;
+  }
+
+  /**
+   * What a notebook on Jupyter kernel `kernel` says of its bai sessions, or null: the
+   * server's `end_notice` for one ended on purpose (the kernel is over), or which new
+   * session the kernel of one that died restarts on.
+   */
+  endNotice(kernel: Pick<JupyterKernel, 'id' | 'spec'>): string | null {
+    const mine = [...this.sessions.values()]
+      .filter(
+        session =>
+          session.meta?.jupyter_kernel_id === kernel.id ||
+          kernel.spec === attachSpecName(session.id)
+      )
+      .sort((a, b) => a.created_at - b.created_at);
+    const last = mine[mine.length - 1];
+    if (!last) {
+      return null;
+    }
+    if (last.end_notice) {
+      return last.end_notice;
+    }
+    const before = mine[mine.length - 2];
+    if (before && ENDED.has(before.status) && !before.end_notice && !ENDED.has(last.status)) {
+      const restarted = ACTIVE.has(last.status) ? 'restarted' : 'is restarting';
+      return (
+        `bai session ${label(before)} ended (${before.status_info ?? before.status}): ` +
+        `its kernel ${restarted} on a new session, ${label(last)}; what the old one held is gone`
+      );
+    }
+    return null;
   }
 
   /** The Jupyter kernels (and notebooks) that run in a session. */

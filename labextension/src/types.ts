@@ -153,6 +153,8 @@ export interface SessionJSON {
   services: ServiceJSON[];
   idle?: IdleJSON;
   sftp?: SftpJSON | null;
+  /** Once someone ended it on purpose: who, why, and that its notebook kernel is over. */
+  end_notice?: string | null;
 }
 
 export interface SessionEvent {

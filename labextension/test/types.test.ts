@@ -56,7 +56,8 @@ const SESSION_FIELDS: Record<keyof SessionJSON, true> = {
   meta: true,
   services: true,
   idle: true,
-  sftp: true
+  sftp: true,
+  end_notice: true
 };
 const SESSION_REQUIRED: Record<RequiredKeys<SessionJSON>, true> = {
   id: true,

@@ -648,6 +648,70 @@ def test_real_runtime_ssh_and_jupyter(h: Harness, real_runtime: Path) -> None:
             client.stop_channels()
 
 
+#: Run in a kernel: how it resolves its own name, and each name given (``getent``).
+RESOLVE = """\
+import json, socket, subprocess, sys
+own = socket.gethostname()
+def run(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True).stdout
+print(json.dumps({
+    "own": own,
+    "gethostbyname": socket.gethostbyname(own),
+    "hostname -i": run("hostname", "-i").split(),
+    "getent": {n: [line.split()[0] for line in run("getent", "hosts", n).splitlines()]
+               for n in sys.argv[1:]},
+}))
+"""
+
+
+def test_every_kernel_resolves_every_name_to_its_session_network_address(
+    h: Harness, real_runtime: Path
+) -> None:
+    """main1 is on the egress bridge and the session network: Docker lists its hostname
+    once per network in /etc/hosts, in no fixed order. Ten sessions, started at once (the
+    order changes from start to start), each kernel asked about its own name and the
+    others' in every way a framework asks."""
+    sessions = [h.session(2) for _ in range(10)]
+
+    async def start_all() -> None:
+        await asyncio.gather(*(h.real.start_kernels(s.id, plans) for s, plans in sessions))
+        ready = await asyncio.gather(
+            *(
+                h.real.wait_for_output(k.id, protocol.READY_LINE, 100)
+                for s, _ in sessions
+                for k in s.kernels
+            )
+        )
+        assert all(ready), ready
+
+    try:
+        h.run(start_all(), timeout=150)
+        wrong = []
+        for session, _ in sessions:
+            names = [k.hostname for k in session.kernels]
+            net = f"bai-{session.id[:12]}"
+            address = {
+                n: h.container(session.id, n).attrs["NetworkSettings"]["Networks"][net]["IPAddress"]
+                for n in names
+            }
+            for kernel in session.kernels:
+                result = h.run(h.real.exec(kernel.id, ["python3", "-c", RESOLVE, *names]))
+                assert result.exit_code == 0, result.output
+                seen = json.loads(result.output)
+                expected = {
+                    "own": kernel.hostname,
+                    "gethostbyname": address[kernel.hostname],
+                    "hostname -i": [address[kernel.hostname]],
+                    "getent": {n: [address[n]] for n in names},
+                }
+                if seen != expected:
+                    wrong.append((session.id[:12], kernel.hostname, seen, expected))
+        assert not wrong, wrong
+    finally:
+        for session, _ in sessions:
+            h.run(h.real.destroy_session(session.id))
+
+
 def test_real_runtime_batch_timeout(h: Harness, real_runtime: Path) -> None:
     session, plans = h.session(
         1, type=model.SessionType.BATCH, startup_command="sleep 30", batch_timeout=1

@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -404,3 +405,28 @@ def test_destroy_kills_what_an_unresponsive_runtime_started(root: Path) -> None:
         await agent.close()
 
     run(body())
+
+
+def test_two_tear_downs_removing_one_session_dir_at_once_both_succeed(tmp_path: Path) -> None:
+    """A server-gone end and a kernel's exit may tear one session down at once: what the
+    other removed first is gone, not an error that leaves the session TERMINATING."""
+    for round_ in range(5):
+        root = tmp_path / f"session-{round_}"
+        for d in range(40):
+            (root / f"k{d}").mkdir(parents=True)
+            for f in range(50):
+                (root / f"k{d}" / f"f{f}").write_bytes(b"x")
+        errors: list[BaseException] = []
+
+        def remove(path: Path = root, errors: list[BaseException] = errors) -> None:
+            try:
+                files.remove_tree(path)
+            except BaseException as exc:
+                errors.append(exc)
+
+        both = [threading.Thread(target=remove) for _ in range(2)]
+        for thread in both:
+            thread.start()
+        for thread in both:
+            thread.join()
+        assert errors == [] and not root.exists(), errors

@@ -22,6 +22,7 @@ from typing import Any
 import docker.errors
 import pytest
 from conftest import started_manager
+from harness import engines as engines_harness
 from harness.engines import TEST_REPO, Engines, Node, Registry, ssh_login
 from harness.server import serving
 
@@ -33,6 +34,7 @@ from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.manager.lifecycle.images import registry_of
 from bai_jupyter.model import Session, Status
+from bai_jupyter.model.pending import pending_reason
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -151,6 +153,62 @@ async def test_a_cluster_too_big_for_one_engine_runs_across_three(
             return not _overlay(swarm_engines, sid)
 
         await _eventually(overlay_gone, "the overlay removed")
+
+
+#: Run in a kernel: how it resolves its own name, and each name given (``getent``).
+RESOLVE = """\
+import json, socket, subprocess, sys
+own = socket.gethostname()
+def run(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True).stdout
+print(json.dumps({
+    "own": own,
+    "gethostbyname": socket.gethostbyname(own),
+    "hostname -i": run("hostname", "-i").split(),
+    "getent": {n: [line.split()[0] for line in run("getent", "hosts", n).splitlines()]
+               for n in sys.argv[1:]},
+}))
+"""
+
+
+async def test_every_kernel_resolves_every_name_to_its_overlay_address_across_engines(
+    tmp_path: Path, swarm_engines: Engines
+) -> None:
+    """main1 is on its engine's egress bridge and the session's overlay: its hostname is in
+    its /etc/hosts once per network, in no fixed order. Two rounds of two sessions at once
+    (kernels of 400m: three fit no engine, so each session is spread), each kernel asked
+    about its own name and the others' in every way a framework asks."""
+    request = {**SPREAD, "resources": {"cpu": "0.25", "mem": "400m"}}
+    async with _manager(tmp_path, swarm_engines) as mgr:
+        for _ in range(2):
+            sessions = await asyncio.gather(*(_running(mgr, request) for _ in range(2)))
+            wrong = []
+            for session in sessions:
+                assert len({k.agent_id for k in session.kernels}) > 1  # spread: an overlay
+                names = [k.hostname for k in session.kernels]
+                net = f"bai-{session.id[:12]}"
+                address = {
+                    c["Labels"]["ai.backend.bai-jupyter.cluster-host"]: c["NetworkSettings"][
+                        "Networks"
+                    ][net]["IPAddress"]
+                    for node in swarm_engines.nodes
+                    for c in _containers(node, session.id)
+                }
+                for name in names:
+                    command = ["python3", "-c", RESOLVE, *names]
+                    result = await mgr.exec(session.id, command, kernel=name)
+                    assert result.exit_code == 0, result.output
+                    expected = {
+                        "own": name,
+                        "gethostbyname": address[name],
+                        "hostname -i": [address[name]],
+                        "getent": {n: [address[n]] for n in names},
+                    }
+                    seen = json.loads(result.output)
+                    if seen != expected:
+                        wrong.append((session.id[:12], name, seen, expected))
+            assert not wrong, wrong
+            await asyncio.gather(*(mgr.destroy(s.id) for s in sessions))
 
 
 async def test_roles_spread_over_the_engines_say_where_each_kernel_runs(
@@ -453,17 +511,24 @@ def _certificates(folder: Path, address: str) -> tuple[Path, Path]:
     return server, client
 
 
-async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines: Engines) -> None:
-    loner = swarm_engines.outside[0]
-    server, client = _certificates(tmp_path, loner.address)
+def _tls_options(folder: Path, node: Node) -> tuple[str, str]:
+    """dockerd's options for a verified TLS endpoint on ``node``'s address, and the folder of
+    the client's certificates."""
+    server, client = _certificates(folder, node.address)
     tls = (
-        f"-H tcp://{loner.address}:2376 --tlsverify --tlscacert {server / 'ca.pem'} "
+        f"-H tcp://{node.address}:2376 --tlsverify --tlscacert {server / 'ca.pem'} "
         f"--tlscert {server / 'cert.pem'} --tlskey {server / 'key.pem'}"
     )
+    return tls, str(client)
+
+
+async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines: Engines) -> None:
+    loner = swarm_engines.outside[0]
+    tls, client = _tls_options(tmp_path, loner)
     await asyncio.to_thread(loner.stop)
     await asyncio.to_thread(loner.start, 60, tls)
     endpoint = f"tcp://{loner.address}:2376"
-    entry = {"id": "tls", "endpoint": endpoint, "tls_cert_path": str(client), "slots": SLOTS}
+    entry = {"id": "tls", "endpoint": endpoint, "tls_cert_path": client, "slots": SLOTS}
     async with _manager(tmp_path, swarm_engines, "tls", agents=[entry]) as mgr:
         agent = mgr.core.agents["tls"]
         assert await agent.available()
@@ -471,6 +536,91 @@ async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines:
     plain = {"id": "plain", "endpoint": endpoint, "slots": SLOTS}
     async with _manager(tmp_path, swarm_engines, "plain", agents=[plain]) as mgr:
         assert not await mgr.core.agents["plain"].available()  # the engine wants a certificate
+
+
+@contextlib.asynccontextmanager
+async def _far_engine(
+    tmp_path: Path, engines: Engines, kernel_image: str
+) -> AsyncIterator[tuple[BaiSessionManager, Node, str]]:
+    """The engine outside the Swarm as the one agent ``far``, reached over TCP with TLS (a
+    machine of its own, its death unseen by the manager's sockets), lost after 3 s of
+    silence, beside ``near`` in a group of its own; the manager, the node and the dockerd
+    options that serve TLS."""
+    loner = engines.outside[0]
+    tls, client = _tls_options(tmp_path, loner)
+    await asyncio.to_thread(loner.stop)
+    await asyncio.to_thread(loner.start, 60, tls)
+    await asyncio.to_thread(engines_harness.ensure_image, loner, kernel_image)
+    endpoint = f"tcp://{loner.address}:2376"
+    far = engines.agent(loner, SLOTS, id="far", endpoint=endpoint, tls_cert_path=client)
+    # In a group of its own: the image is known (on it) while far does not answer.
+    near = engines.agent(engines.nodes[0], SLOTS, id="near", resource_group="near")
+    lost_fast = {"agent_lost_timeout": 3.0, "agent_check_interval": 0.3}
+    try:
+        async with _manager(tmp_path, engines, "far", agents=[far, near], **lost_fast) as mgr:
+            yield mgr, loner, tls
+    finally:
+        if loner.proc is None:  # a test that failed while it was down: the next one needs it
+            await asyncio.to_thread(loner.boot, tls)
+
+
+def _kill_main1(node: Node, session_id: str) -> None:
+    """SIGKILL to the session's main1 container, from outside the manager."""
+    client = node.client()
+    try:
+        (found,) = _containers(node, session_id)
+        client.api.kill(found["Id"])
+    finally:
+        client.close()
+
+
+async def test_an_engine_whose_machine_died_hard_is_used_whole_once_back(
+    tmp_path: Path, swarm_engines: Engines, kernel_image: str
+) -> None:
+    """Power lost (nothing closed its connections), then booted again: the manager's kept
+    connections and its event stream lead nowhere; it must not trust them."""
+    async with _far_engine(tmp_path, swarm_engines, kernel_image) as (mgr, node, tls):
+        # Sessions started at once: the manager keeps several connections to the engine.
+        before = await asyncio.gather(*(_running(mgr, {"resources": SMALL}) for _ in range(3)))
+        await asyncio.gather(*(_sh(mgr, s.id, "hostname") for s in before))
+
+        await asyncio.to_thread(node.die_hard)
+        for session in before:
+            ended = await mgr.wait_for(session.id, {Status.ERROR}, timeout=60)
+            assert (ended.status_info, ended.status_data["agent"]) == ("agent-lost", "far")
+        waiting = await mgr.create({"resources": SMALL}, "alice")
+
+        async def told() -> bool:
+            record = (await mgr.get(waiting.id)).status_data.get("scheduler")
+            return "agent far does not answer" in (pending_reason(record) or "")
+
+        await _eventually(told, "why-pending names the lost agent")
+
+        await asyncio.to_thread(node.boot, tls)
+        back = await mgr.wait_for(waiting.id, RUNNING | {Status.CANCELLED}, timeout=120)
+        assert back.status is Status.RUNNING, (back.status_info, back.status_data)
+        assert await _sh(mgr, back.id, "hostname") == "main1"
+
+        await asyncio.to_thread(_kill_main1, node, back.id)
+        died = await mgr.wait_for(back.id, {Status.ERROR}, timeout=30)
+        assert (died.status, died.status_info) == (Status.ERROR, "kernel-died")
+
+
+async def test_kernels_of_a_cleanly_stopped_engine_end_as_its_loss(
+    tmp_path: Path, swarm_engines: Engines, kernel_image: str
+) -> None:
+    """dockerd stopped (SIGTERM) stops its containers first: their exits are the agent's
+    end, not kernels that died (nor a user's shutdown: main1's runtime exits 0)."""
+    async with _far_engine(tmp_path, swarm_engines, kernel_image) as (mgr, node, tls):
+        session = await _running(mgr, {"resources": SMALL})
+        await asyncio.to_thread(node.stop)
+        try:
+            ended = await mgr.wait_for(session.id, {Status.ERROR, Status.TERMINATED}, timeout=60)
+            assert (ended.status, ended.status_info) == (Status.ERROR, "agent-lost")
+            assert ended.status_data["agent"] == "far"
+            assert ended.status_data["kernels"] == ["main1"]
+        finally:
+            await asyncio.to_thread(node.start, 60, tls)
 
 
 async def test_an_agent_reached_over_ssh(

@@ -35,6 +35,7 @@ from harness.notebooks import put_notebook
 from harness.server import TOKEN, Server, end_all
 
 from bai_jupyter.cli.app import main as cli_main
+from bai_jupyter.kernel_plan import LABEL_SESSION
 
 #: Runs the active cell and, being the last, opens a new one below it for typing.
 RUN_AND_INSERT = "() => { window.jupyterapp.commands.execute('notebook:run-cell-and-select-next') }"
@@ -81,7 +82,11 @@ def lab_request(server: Server, method: str, path: str) -> Any:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, kernel_image: str) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("labext")
+    # The file browser's root apart from the store and the Jupyter dirs, so notebooks'
+    # kernels get it mounted (nothing inside a dir holding the store is ever mounted).
+    notebooks = tmp_path_factory.mktemp("labext-notebooks")
     config = (
+        f"c.ServerApp.root_dir = {str(notebooks)!r}\n"
         'c.BaiSessionManager.backend = "docker"\n'
         'c.BaiSessionManager.agents = [{"id": "docker", "slots": {"cpu": "2", "mem": "4g"}}]\n'
         f"c.BaiSessionManager.warm_pools = {POOLS!r}\n"
@@ -803,3 +808,161 @@ def test_an_endpoint_gone_meanwhile_is_not_scaled_and_says_so(
     page.screenshot(path=str(SHOTS / "endpoint-scale-failed.png"))
     failed.locator("button.jp-mod-accept").click()
     failed.wait_for(state="detached")
+
+
+#: The id of the Jupyter kernel the current notebook holds.
+NOTEBOOK_KERNEL = "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id"
+#: Saves and closes every open document and the launcher (nothing asks what to do).
+CLOSE_ALL = """async () => {
+    await window.jupyterapp.commands.execute('docmanager:save-all');
+    await window.jupyterapp.commands.execute('application:close-all');
+}"""
+
+
+def put_file(server: Server, path: str, text: str) -> None:
+    """A text file in the file browser's root, through the contents API."""
+    body = json.dumps({"type": "file", "format": "text", "content": text}).encode()
+    request = urllib.request.Request(
+        f"{server.url}api/contents/{path}",
+        data=body,
+        method="PUT",
+        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        assert reply.status in (200, 201)
+
+
+def run_in_notebook(page: Any, code: str) -> None:
+    """Type ``code`` into the current notebook's first cell and run it."""
+    notebook = page.locator(".jp-NotebookPanel:visible")  # the current one, not one left open
+    notebook.locator(".jp-CodeCell").first.locator(".cm-content").click()
+    page.keyboard.type(code)
+    page.keyboard.press("Shift+Enter")
+
+
+def wait_notice(page: Any, text: str) -> Any:
+    """The bar above the current notebook, once it says ``text`` where one can read it."""
+    bar = page.locator(".jp-NotebookPanel:visible .bai-KernelEnd")
+    bar.locator(".bai-KernelEnd-text", has_text=text).wait_for(timeout=WAIT)
+    box = bar.bounding_box()
+    assert box and box["height"] >= 20, box  # laid out, not squeezed to nothing
+    return bar
+
+
+def sessions_of_kernel(lab: Server, kernel_id: str) -> list[dict[str, Any]]:
+    return [
+        s
+        for s in api(lab, "GET", "sessions")["sessions"]
+        if s["meta"].get("jupyter_kernel_id") == kernel_id
+    ]
+
+
+def kernel_gone(lab: Server, page: Any, kernel_id: str) -> None:
+    """Wait until the Jupyter server no longer lists the kernel."""
+    deadline = time.monotonic() + 60
+    while kernel_id in {k["id"] for k in lab_request(lab, "GET", "api/kernels")}:
+        assert time.monotonic() < deadline, "the notebook's kernel is still listed"
+        page.wait_for_timeout(200)
+
+
+def test_a_notebook_from_the_dialog_runs_in_the_notebooks_folder_and_its_card_goes_with_it(
+    lab: Server, page: Any
+) -> None:
+    """The dialog's Open notebook: the notebook's kernel runs in the file browser's root
+    (the notebooks mounted, as for a bai kernelspec's notebook), where it sees a file
+    put there. The session's launcher card goes once the session is terminated from the
+    sidebar, without a reload."""
+    from playwright.sync_api import expect
+
+    put_file(lab, "beside.txt", "next to the notebook")
+    create_from_dialog(page, open_notebook=True, name="here", cpu="0.5", mem="256m")
+    try:
+        page.get_by_text("bai session here | Idle").wait_for(timeout=WAIT)
+        page.wait_for_function(NOTEBOOK_HAS_KERNEL, timeout=WAIT)
+        kernel_id = page.evaluate(NOTEBOOK_KERNEL)
+        run_in_notebook(page, "import os; print(os.getcwd(), sorted(os.listdir()))")
+        output = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output", has_text="beside")
+        output.wait_for(timeout=WAIT)
+        cwd, listing = output.inner_text().split(" ", 1)
+        assert cwd == "/home/work/notebooks", output.inner_text()
+        assert "'beside.txt'" in listing and ".ipynb'" in listing, listing
+        page.screenshot(path=str(SHOTS / "dialog-notebook-cwd.png"))
+        # The session's card in JupyterLab's launcher, gone when the session ends.
+        page.evaluate("() => window.jupyterapp.commands.execute('launcher:create')")
+        notebook_card = (
+            '.jp-LauncherCard[data-category="Notebook"][title="Python 3 · bai session here"]'
+        )
+        cards = page.locator(notebook_card)
+        page.locator(f"{notebook_card}:visible").wait_for(timeout=WAIT)
+        page.screenshot(path=str(SHOTS / "launcher-session-card.png"))
+        terminate(page, "here")
+        wait_status(page, "here", "TERMINATED")
+        expect(cards).to_have_count(0, timeout=30_000)  # every launcher, no reload
+        page.evaluate("() => window.jupyterapp.commands.execute('application:close')")  # launcher
+        wait_notice(page, "bai session here was ended (user-requested)")
+        page.screenshot(path=str(SHOTS / "dialog-notebook-session-ended.png"))
+        kernel_gone(lab, page, kernel_id)
+        page.screenshot(path=str(SHOTS / "launcher-session-card-gone.png"))
+    finally:
+        page.evaluate(CLOSE_ALL)
+
+
+def test_a_notebook_whose_session_is_terminated_says_who_ended_it_and_stays_ended(
+    lab: Server, page: Any
+) -> None:
+    """Terminate in the sidebar ends the notebook's kernel for good: the notebook says
+    in words who ended its session and why; Jupyter drops the kernel and starts no new
+    session for it."""
+    put_notebook(lab, "ended.ipynb", "x = 1", kernelspec="bai-warm")
+    page.evaluate(OPEN_NOTEBOOK, "ended.ipynb")
+    try:
+        page.wait_for_function(NOTEBOOK_HAS_KERNEL, timeout=WAIT)
+        page.locator(".bai-StatusItem", has_text="bai: RUNNING").wait_for(timeout=WAIT)
+        kernel_id = page.evaluate(NOTEBOOK_KERNEL)
+        (session,) = sessions_of_kernel(lab, kernel_id)
+        bar = page.locator(f'.bai-KernelEnd[data-kernel-id="{kernel_id}"]')
+        assert bar.is_hidden()
+        terminate(page, session["name"] or session["id"][:8])  # the card's label
+        said = (
+            f"bai session {session['name'] or session['id']} was ended (user-requested) "
+            f"by {session['owner']}; its kernel does not restart: start a new one"
+        )
+        assert wait_notice(page, said).get_attribute("data-kernel-id") == kernel_id
+        page.screenshot(path=str(SHOTS / "notebook-session-ended.png"))
+        kernel_gone(lab, page, kernel_id)
+        # Nothing restarts it: no new session for the kernel while we look.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            assert [s["id"] for s in sessions_of_kernel(lab, kernel_id)] == [session["id"]]
+            page.wait_for_timeout(500)
+    finally:
+        page.evaluate(CLOSE_ALL)
+
+
+def test_a_notebook_whose_session_died_says_it_restarted_on_a_new_session(
+    lab: Server, page: Any, docker_engine: Any
+) -> None:
+    """main1 killed: the session died (not ended on purpose), Jupyter restarts the
+    kernel on a new session, and the notebook says which."""
+    put_notebook(lab, "died.ipynb", "x = 1", kernelspec="bai-warm")
+    page.evaluate(OPEN_NOTEBOOK, "died.ipynb")
+    try:
+        page.wait_for_function(NOTEBOOK_HAS_KERNEL, timeout=WAIT)
+        page.locator(".bai-StatusItem", has_text="bai: RUNNING").wait_for(timeout=WAIT)
+        kernel_id = page.evaluate(NOTEBOOK_KERNEL)
+        (died,) = sessions_of_kernel(lab, kernel_id)
+        label = f"{LABEL_SESSION}={died['id']}"
+        (main1,) = docker_engine.containers.list(filters={"label": label})
+        main1.kill()
+        bar = wait_notice(page, "its kernel restarted on a new session")
+        (ended, new) = sessions_of_kernel(lab, kernel_id)
+        assert ended["id"] == died["id"] and ended["end_notice"] is None, ended
+        assert bar.locator(".bai-KernelEnd-text").inner_text() == (
+            f"bai session {died['id'][:8]} ended ({ended['status_info']}): "
+            f"its kernel restarted on a new session, {new['id'][:8]}; what the old one held is gone"
+        )
+        assert new["status"] == "RUNNING", new
+        page.wait_for_function(NOTEBOOK_HAS_KERNEL, timeout=WAIT)  # no shutdown mid-restart
+        page.screenshot(path=str(SHOTS / "notebook-session-died.png"))
+    finally:
+        page.evaluate(CLOSE_ALL)

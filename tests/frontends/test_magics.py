@@ -294,6 +294,8 @@ def test_run_streams_the_log_and_returns_the_exit_code(
         assert phase in progress, progress
     _, cap = bai(shell, "logs magic-run")
     assert "first\n" in cap.stdout and "second\n" in cap.stdout
+    _, cap = bai(shell, f"logs {result.session_id[:8]}")  # the id as every view shows it
+    assert "first\n" in cap.stdout and "second\n" in cap.stdout, cap.stderr
     _, cap = bai(shell, "logs magic-run --kernel sub1")
     assert cap.stderr == f"bai: session {result.session_id} has no kernel 'sub1' (kernels: main1)\n"
     _, cap = bai(shell, "cancel magic-run")

@@ -171,6 +171,27 @@ class Node:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    @property
+    def link(self) -> tuple[str, str]:
+        """The switch's namespace and its end of the node's link."""
+        return f"bai-t{self.slot}-switch", f"n{self.index}"
+
+    def die_hard(self) -> None:
+        """Its machine dies without a word (power lost): the link is cut first, so no FIN or
+        RST of its connections reaches a peer, then every process goes (:meth:`crash`) and
+        the namespace's TCP state with them (a rebooted machine remembers no connection;
+        else a FIN sent again later would tell the peers). Back with :meth:`boot`."""
+        switch, end = self.link
+        _run("ip", "-n", switch, "link", "set", end, "down")
+        self.crash()
+        _run("nsenter", f"--net=/run/netns/{self.netns}", "ss", "-K", "-ta")
+
+    def boot(self, extra: str = "") -> None:
+        """After :meth:`die_hard`: the link is back and the engine starts again."""
+        switch, end = self.link
+        _run("ip", "-n", switch, "link", "set", end, "up")
+        self.start(extra=extra)
+
     def stop(self) -> None:
         """Stop dockerd cleanly (SIGTERM; SIGKILL after 20 s)."""
         if self.proc is None:
@@ -298,7 +319,7 @@ def copy_image(source: Any, target: Any, image: str) -> None:
             raise RuntimeError(f"loading {image}: {line['error']}")
 
 
-def _ensure_image(node: Node, image: str) -> None:
+def ensure_image(node: Node, image: str) -> None:
     """The kernel image on the node, copied from the default engine when it is missing
     or differs."""
     default = _SDKClient.from_env(timeout=300)
@@ -534,7 +555,7 @@ class Registry:
         (8 MiB of random bytes) as ``127.0.0.1:5000/bai-test/pulled:…``, pushed unless the
         registry has it; the node keeps the kernel image, not that one: a pull of it
         fetches that layer only (quick; long enough to watch over a throttled link)."""
-        _ensure_image(self.node, kernel_image)
+        ensure_image(self.node, kernel_image)
         name = f"{self.ADDRESS}/bai-test/pulled"
         tag = source.api.inspect_image(kernel_image)["Id"].split(":")[1][:12]
         client = self.node.client(timeout=600)
@@ -611,7 +632,7 @@ def bring_up(image: str, count: int = 3, outside: int = 0) -> Engines:
             shutil.rmtree(node.data / "data" / "swarm", ignore_errors=True)
         _parallel([node.start for node in engines.every_node])
         _parallel([lambda node=node: _clean_engine(node) for node in engines.every_node])
-        _parallel([lambda node=node: _ensure_image(node, image) for node in engines.nodes])
+        _parallel([lambda node=node: ensure_image(node, image) for node in engines.nodes])
         _form_swarm(engines)
     except BaseException:
         tear_down(engines)

@@ -9,6 +9,8 @@ own Jupyter kernels through a real kernel client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import shutil
 import signal
 import time
@@ -23,7 +25,7 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from bai_jupyter.idleness import idle_view
 from bai_jupyter.manager import BaiSessionManager
 from bai_jupyter.manager.watchdogs.utilization import CpuWindows
-from bai_jupyter.model import ACTIVE, Session, SessionResult, Status
+from bai_jupyter.model import ACTIVE, OCCUPYING, Session, SessionResult, Status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -79,6 +81,11 @@ async def _rules(mgr: BaiSessionManager, session_id: str) -> dict[str, Any]:
             return shown
         await asyncio.sleep(0.1)
     raise AssertionError(f"no idle rules recorded for {session_id}")
+
+
+def _state(msg: dict[str, Any]) -> tuple[str | None, str | None]:
+    """An iopub message's parent request and, for a status message, the kernel's state."""
+    return msg["parent_header"].get("msg_id"), msg["content"].get("execution_state")
 
 
 async def _ended(mgr: BaiSessionManager, session_id: str) -> Session:
@@ -140,8 +147,14 @@ async def test_idle_rules_end_sessions_with_their_reason(manager: BaiSessionMana
         assert rules["utilization"]["source"] == "policies.users.alice"
 
         # Each session is looked at as its own clock says (not one after the other).
-        while (await bob.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
-            pass  # replies to the readiness checks
+        try:
+            while (await bob.get_shell_msg(timeout=30))["parent_header"]["msg_id"] != cell:
+                pass  # replies to the readiness checks
+        except queue.Empty:  # say what became of his session
+            now = await manager.get(busy_then_idle.id)
+            raise AssertionError(
+                f"no reply to bob's cell; {now.status} {now.status_info}"
+            ) from None
         assert (await manager.get(busy_then_idle.id)).status is Status.RUNNING
         ended = await _ended(manager, busy_then_idle.id)
         assert ended.status_info == "idle-timeout"
@@ -179,10 +192,12 @@ async def test_a_check_that_read_the_list_before_a_session_ran_keeps_its_kernel_
 
     async def late(owner: str | None = None, statuses: Any = None) -> list[Session]:
         found = await listed(owner, statuses)
-        if statuses is ACTIVE and before and not found:
+        check = statuses is OCCUPYING  # the idle check's read
+        running = [s for s in found if s.status in ACTIVE]
+        if check and before and not running:
             # Read before the session runs: it turns RUNNING before this check goes on.
             await manager.wait_for(before.pop(), {Status.RUNNING}, timeout=90)
-        elif statuses is ACTIVE and found:
+        elif check and running:
             await asyncio.sleep(IDLE_TIMEOUT + 0.5)  # a slow check: the next after the timeout
         return found
 
@@ -199,6 +214,55 @@ async def test_a_check_that_read_the_list_before_a_session_ran_keeps_its_kernel_
         assert ran.status is Status.RUNNING, (ran.status, ran.status_info)
     finally:
         client.stop_channels()
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_check_between_following_a_kernel_and_running_keeps_it_followed(
+    tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifecycle follows main1's kernel, then writes RUNNING. A check that reads the
+    sessions in between sees it still starting: it must keep that follower, or the cell
+    its user runs at once (busy, silent) goes unseen and the session ends as idle under it.
+
+    The watch's own looks are an hour apart; the test makes one at exactly that moment,
+    then one a cell later (a follower started then joins after the kernel went busy), then
+    looks until the cell is done."""
+    mgr = make_manager(
+        tmp_path,
+        backend,
+        watchdog_interval=3600,  # every look below is the test's own
+        resource_groups={"default": {"idle": {"idle_timeout": IDLE_TIMEOUT}}},
+    )
+    follow = mgr.idle_follow.before_running
+    crossed: list[str] = []
+
+    async def then_a_check(session: Session) -> None:
+        await follow(session)
+        await mgr.idle.check()  # between the follower's start and RUNNING
+        crossed.append(session.id)
+
+    monkeypatch.setattr(mgr.idle_follow, "before_running", then_a_check)
+    async with started_manager(mgr):
+        session = await _running(mgr, await mgr.create({"resources": SMALL}, "bob"))
+        assert crossed == [session.id]
+        client = await _kernel(mgr, session.id)
+        try:
+            cell = client.execute(f"import time; time.sleep({IDLE_TIMEOUT + 1.5})")
+            while _state(await client.get_iopub_msg(timeout=30)) != (cell, "busy"):
+                pass  # until the kernel is busy with it: a follower started later misses that
+            deadline = time.monotonic() + 30
+            while True:
+                assert time.monotonic() < deadline, "no reply to the cell within 30 s"
+                await mgr.idle.check()
+                now = await mgr.get(session.id)
+                assert now.status is Status.RUNNING, (now.status, now.status_info)
+                with contextlib.suppress(queue.Empty):
+                    reply = await client.get_shell_msg(timeout=0.2)
+                    if reply["parent_header"]["msg_id"] == cell:
+                        break
+            assert reply["content"]["status"] == "ok"
+        finally:
+            client.stop_channels()
 
 
 @pytest.mark.docker

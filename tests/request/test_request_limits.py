@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bai_jupyter.agents.capped import DROPPED_MARK
-from bai_jupyter.agents.docker.containers import kernel_limits
+from bai_jupyter.agents.docker.limits import kernel_limits
 from bai_jupyter.errors import InvalidRequest
 from bai_jupyter.kernel_plan import KernelPlan
 from bai_jupyter.manager import BaiSessionManager

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import bai_jupyter.runtime
-from bai_jupyter.runtime import config, processes, ssh
+from bai_jupyter.runtime import config, hosts, processes, ssh
 
 if TYPE_CHECKING:
     from jupyter_client.blocking.client import BlockingKernelClient
@@ -251,6 +251,42 @@ def test_environ_and_resource_files(start: Callable[..., Runtime]) -> None:
         "WORLD_SIZE=2\n"
     )
     assert (rt.config / "resource.txt").read_text() == "cpu=2\nmem=1073741824\n"
+
+
+LOCAL_LINES = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+
+@pytest.mark.parametrize("egress_first", [True, False])
+def test_the_task_sees_its_hostname_only_at_its_session_network_address(
+    start: Callable[..., Runtime], tmp_path: Path, egress_first: bool
+) -> None:
+    """Docker lists the hostname once per network, in either order; the runtime rewrites
+    the file in place (Docker bind-mounts it) before the task starts."""
+    name = socket.gethostname()
+    lines = [f"172.30.0.2\t{name}\n", f"10.0.1.4\t{name}\n"]
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text(LOCAL_LINES + "".join(lines if egress_first else lines[::-1]))
+    inode = hosts_file.stat().st_ino
+    rt = start(
+        bootstrap("batch", startup_command=f"cat {hosts_file}"),
+        *("--egress-subnet", "172.30.0.0/16", "--hosts-file", str(hosts_file)),
+    )
+    assert rt.wait() == 0, rt.err
+    assert rt.out == hosts_file.read_text() == LOCAL_LINES + f"10.0.1.4\t{name}\n"
+    assert hosts_file.stat().st_ino == inode
+    assert f"{name} resolves to 10.0.1.4 (its session network)" in rt.err
+
+
+def test_the_hostname_keeps_an_egress_address_that_is_its_only_one() -> None:
+    """A kernel on the egress bridge alone (a session of one kernel) keeps its line, other
+    names on an egress line stay, and egress addresses of either family go."""
+    alone = LOCAL_LINES + "172.30.0.2\tmain1\n"
+    assert hosts.without_egress(alone, "main1", ["172.30.0.0/16"]) == alone
+    both = LOCAL_LINES + "172.30.0.2\tMain1 other\nfd00::2\tmain1\n10.0.1.4\tmain1\n"
+    subnets = ["172.30.0.0/16", "fd00::/64"]
+    assert hosts.without_egress(both, "main1", subnets) == (
+        LOCAL_LINES + "172.30.0.2\tother\n10.0.1.4\tmain1\n"
+    )
 
 
 # --- batch ----------------------------------------------------------------------------------

@@ -195,6 +195,28 @@ def test_pass_reserves_slots_and_schedules(store: Store) -> None:
     assert one_pass(store, T0 + 11) == PassResult()  # nothing left to do
 
 
+def test_a_pass_logs_each_placement_and_cancellation_with_its_kernels(store: Store) -> None:
+    """What a pass decides reaches every event stream: its events are in the store's log,
+    written in the pass's own transaction, each kernel with its session's new status."""
+    put_agents(store, Agent("a1", cpu(4)))
+    gone = new_session(resources=cpu(1), at=T0)
+    enqueue(store, gone)
+    cancel(store, gone.id, T0 + 1)
+    pair = new_session(resources=cpu(1), size=2, at=T0 + 2)
+    orphan = new_session(depends_on=[gone.id], at=T0 + 3)
+    for session in (pair, orphan):
+        enqueue(store, session)
+    with store.read() as tx:
+        (seen, _), *_ = reversed(tx.events_after(0))
+    one_pass(store, T0 + 10)
+    with store.read() as tx:
+        logged = [e for _, e in tx.events_after(seen)]
+    assert {(e["session_id"], e["status"], tuple(e["kernels"].items())) for e in logged} == {
+        (pair.id, "SCHEDULED", (("main1", "SCHEDULED"), ("sub1", "SCHEDULED"))),
+        (orphan.id, "CANCELLED", (("main1", "CANCELLED"),)),
+    }
+
+
 def test_why_pending_is_recorded_and_retries_count_up(store: Store) -> None:
     put_agents(store, Agent("a1", cpu(4)))
     first = new_session(resources=cpu(3), at=T0)

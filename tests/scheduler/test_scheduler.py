@@ -447,6 +447,18 @@ def test_session_with_gpu_only_on_gpu_agents(selector: str) -> None:
     assert result.failures["s"]["msg"] == "needs cuda.device but no agent in the group has any"
 
 
+def test_a_session_that_waits_while_an_agent_is_lost_is_told_its_name() -> None:
+    agents = [agent("up", cpu=4, used={"cpu": 3}), agent("far", cpu=4, schedulable=False)]
+    result = run(agents, [sess("s", cpu=2)])
+    assert result.placements == []
+    assert result.failures["s"]["msg"] == (
+        "needs cpu=2 but the largest agent has 1 free; agent far does not answer "
+        "(lost: nothing is placed there until it answers again)"
+    )
+    result = run([agent("up", cpu=4, used={"cpu": 3})], [sess("s", cpu=2)])
+    assert result.failures["s"]["msg"] == "needs cpu=2 but the largest agent has 1 free"
+
+
 # --- single-node and multi-node -------------------------------------------------------------
 
 

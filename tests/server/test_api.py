@@ -14,8 +14,13 @@ import pytest
 from harness.server import MULTI_USER, Server, free_port, start_server
 from jupyter_server.auth.decorator import authorized
 
+from bai_jupyter.model import Session, SessionSpec
+from bai_jupyter.resources import ResourceSlot
+from bai_jupyter.runtime.protocol import DEFAULT_IMAGE
+from bai_jupyter.scheduler.queue import enqueue
 from bai_jupyter.server.openapi import openapi
 from bai_jupyter.server.routes import API, api_routes, routes
+from bai_jupyter.store import Store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -131,6 +136,22 @@ async def test_a_server_whose_manager_service_is_down_names_the_setting_that_poi
         assert "BAI_JUPYTER_URL " not in message and "BAI_JUPYTER_TOKEN" not in message, message
     finally:
         srv.stop()
+
+
+async def test_a_sessions_short_id_reaches_it_through_the_api(server: Server) -> None:
+    """The 8 characters every view shows name the session (a unique prefix of its id)."""
+    alice = server.client("alice-token")
+    made = await alice.create({"starts_at": time.time() + 86400})
+    try:
+        short = made.id[:8]
+        for path in (f"sessions/{short}", f"sessions/{short}/logs"):
+            reply = await server.fetch("GET", f"bai/api/v1/{path}", token="alice-token")
+            assert reply.code == 200, (path, reply.body)
+        assert (await alice.get(short)).id == made.id
+        bob = await server.fetch("GET", f"bai/api/v1/sessions/{short}", token="bob-token")
+        assert bob.code == 404  # a prefix of someone else's id is no more his than the id
+    finally:
+        await alice.destroy(made.id[:12])
 
 
 async def test_openapi_is_served(server: Server) -> None:
@@ -598,6 +619,88 @@ async def test_events_stream_only_the_callers_sessions(server: Server) -> None:
         await events.aclose()
         await alice.destroy(mine.id)
         await server.client("bob-token").destroy(bobs.id)
+
+
+async def test_the_stream_tells_a_change_made_by_another_process_on_the_store(
+    server: Server,
+) -> None:
+    """A session a console kernel's embedded manager makes on the server's store (here:
+    this test process, writing as that manager does) reaches the server's event stream."""
+    alice = server.client("alice-token")
+    events = alice.events()
+    first = asyncio.ensure_future(events.__anext__())
+    await asyncio.sleep(0.5)  # the stream is open
+    store = Store(f"sqlite:///{server.log.parent / 'store.sqlite'}")
+    spec = SessionSpec(image=DEFAULT_IMAGE, starts_at=FUTURE, resources=ResourceSlot({"cpu": 1}))
+    made = Session.create(spec, "alice", time.time())
+    try:
+        await asyncio.to_thread(enqueue, store, made)
+        event = await asyncio.wait_for(first, 30)
+        assert (event["session_id"], event["status"]) == (made.id, "PENDING"), event
+    finally:
+        store.close()
+        await events.aclose()
+        await alice.destroy(made.id)
+
+
+async def _frames(server: Server, headers: dict[str, str], count: int) -> list[str]:
+    """The first ``count`` frames of a raw event stream opened with ``headers``."""
+    host, port = server.url.split("//")[1].rstrip("/").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    lines = ["GET /bai/api/v1/events HTTP/1.0", "Authorization: token alice-token"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+    try:
+        body = (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)).decode()
+        assert body.startswith("HTTP/1.1 200"), body
+        frames: list[str] = []
+        while len(frames) < count:
+            frame = (await asyncio.wait_for(reader.readuntil(b"\n\n"), 30)).decode()
+            if not frame.startswith(":"):  # not a comment (connected, keep-alive)
+                frames.append(frame)
+        return frames
+    finally:
+        writer.close()
+
+
+async def test_a_stream_resumed_after_its_last_seq_gets_what_it_missed_in_order(
+    server: Server,
+) -> None:
+    """Each frame carries its seq as its SSE id; a client that comes back with it (``?since=``
+    or ``Last-Event-ID``, as EventSource does) gets what happened while it was away."""
+    alice = server.client("alice-token")
+    events = alice.events()
+    first = asyncio.ensure_future(events.__anext__())
+    await asyncio.sleep(0.5)
+    a = await alice.create({"starts_at": FUTURE})
+    seen = await asyncio.wait_for(first, 30)
+    await events.aclose()  # away: what happens now is missed
+    assert seen["session_id"] == a.id and isinstance(seen["seq"], int), seen
+    await alice.destroy(a.id)
+    b = await alice.create({"starts_at": FUTURE})
+    try:
+        resumed = alice.events(since=seen["seq"])
+        missed: list[dict[str, Any]] = []
+        while not any(e["session_id"] == b.id for e in missed):
+            missed.append(await asyncio.wait_for(resumed.__anext__(), 30))
+        await resumed.aclose()
+        # (A pass may also have told a's why-pending record: still PENDING.)
+        changes = [(e["session_id"], e["status"]) for e in missed]
+        assert [c for c in changes if c != (a.id, "PENDING")] == [
+            (a.id, "CANCELLED"),
+            (b.id, "PENDING"),
+        ], changes
+        seqs = [e["seq"] for e in missed]
+        assert seqs == sorted(set(seqs)) and seqs[0] > seen["seq"], seqs
+        frames = await _frames(server, {"Last-Event-ID": str(seen["seq"])}, len(missed))
+        assert [f.splitlines()[0] for f in frames] == [f"id: {seq}" for seq in seqs]
+        # A seq the store does not hold: the client is told to read everything again.
+        (reset,) = await _frames(server, {"Last-Event-ID": str(10**15)}, 1)
+        assert "event: reset" in reset, reset
+        bad = await server.fetch("GET", "bai/api/v1/events?since=soon", token="alice-token")
+        assert bad.code == 400 and "since" in body(bad)["message"], bad.body
+    finally:
+        await alice.destroy(b.id)
 
 
 # --- the code execution API --------------------------------------------------------------------

@@ -130,6 +130,29 @@ async def test_turned_off_the_kernel_sees_none_of_it(
             assert (cwd, mounted) == (WORK_DIR, "False")
 
 
+async def test_a_session_asking_for_a_notebook_folder_starts_its_kernels_there(
+    server: Server, backend: str, notebooks: Path
+) -> None:
+    """The new-session dialog's request names the folder its notebook opens in
+    (``meta.notebook_folder``, relative to the file browser's root): the session gets
+    the folder Jupyter gives a kernel started there, as a kernelspec's notebook does."""
+    bad = {"resources": SMALL, "meta": {"notebook_folder": "../elsewhere"}}
+    reply = await server.fetch("POST", "bai/api/v1/sessions", bad)
+    assert reply.code == 400 and json.loads(reply.body)["field"] == "meta.notebook_folder"
+    asked = {"type": "interactive", "resources": SMALL, "meta": {"notebook_folder": "sub"}}
+    reply = await server.fetch("POST", "bai/api/v1/sessions", asked)
+    assert reply.code == 201, reply.body
+    made = json.loads(reply.body)
+    try:
+        assert made["meta"] == {"notebook_dir": str(notebooks / "sub")}
+        await server.client().wait_for(made["id"], {Status.RUNNING}, timeout=90)
+        cwd, data, _ = await stdout_of(server, made["id"], PROBE)
+        assert cwd == (f"{NOTEBOOK_DIR}/sub" if backend == "docker" else str(notebooks / "sub"))
+        assert data == "next to the notebook", server.tail()
+    finally:
+        await server.fetch("DELETE", f"bai/api/v1/sessions/{made['id']}")
+
+
 @pytest.mark.parametrize(
     "backend", [pytest.param("docker", marks=pytest.mark.docker)], indirect=True
 )  # ssh sub1: Docker only
@@ -174,7 +197,8 @@ async def test_the_server_chooses_what_is_mounted_or_nothing(tmp_path: Path, cho
 
 
 async def test_users_of_a_shared_server_cannot_ask_for_its_root(tmp_path: Path) -> None:
-    """On a multi-user server ``meta.notebook_dir`` from the API is dropped: a user must
+    """On a multi-user server ``meta.notebook_dir`` (or ``notebook_folder``) from the API is
+    dropped: a user must
     not mount the server's root dir (other users' notebooks) into a session."""
     (tmp_path / "notebooks").mkdir()
     config = (
@@ -185,7 +209,11 @@ async def test_users_of_a_shared_server_cannot_ask_for_its_root(tmp_path: Path) 
         "type": "batch",
         "startup_command": "pwd",
         "starts_at": time.time() + 3600,
-        "meta": {"notebook_dir": str(tmp_path / "notebooks"), "from": "alice"},
+        "meta": {
+            "notebook_dir": str(tmp_path / "notebooks"),
+            "notebook_folder": "",
+            "from": "alice",
+        },
     }
     with serving(tmp_path / "srv", config) as server:
         reply = await server.fetch("POST", "bai/api/v1/sessions", request, token="alice-token")

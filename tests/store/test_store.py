@@ -25,6 +25,7 @@ from bai_jupyter.request import Template
 from bai_jupyter.resources import ResourceSlot
 from bai_jupyter.store import (
     SCHEMA_VERSION,
+    AmbiguousKey,
     NameConflict,
     Store,
     StoreError,
@@ -41,6 +42,7 @@ OUR_TABLES = {
     "bai_templates",
     "bai_owners",
     "bai_kernel_tokens",
+    "bai_events",
 }
 
 
@@ -187,6 +189,7 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url:
     with store.write() as tx:
         tx.add_session(session)
     store.close()
+    sql(store_url, "DROP TABLE bai_events")
     sql(store_url, "DROP TABLE bai_kernel_tokens")
     sql(store_url, "DROP TABLE bai_owners")
     sql(store_url, "DROP TABLE bai_endpoints")
@@ -208,9 +211,9 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url:
 def test_new_store_records_schema_version(store_url: str) -> None:
     store = Store(store_url)
     store.close()
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     assert dict(sql(store_url, "SELECT key, value FROM bai_meta")) == {
-        "schema_version": "4",
+        "schema_version": "5",
         "store_id": store.id,
         "token_secret": store.token_secret,
     }
@@ -414,6 +417,41 @@ def test_list_sessions_filters_and_is_oldest_first(store: Store) -> None:
     with store.read() as tx:
         without = tx.list_sessions(owner="bob", history=False)
     assert without[0].status_history == []
+
+
+def _with_id(session: Session, session_id: str) -> Session:
+    session.id = session_id
+    for kernel in session.kernels:
+        kernel.session_id = session_id
+    return session
+
+
+def test_a_unique_id_prefix_of_8_or_more_finds_a_session_and_a_shared_one_says_which(
+    store: Store,
+) -> None:
+    """Every view shows 8 characters of an id: those name the session where they are
+    unique among the sessions looked at (the owner's, or everyone's); a prefix two ids
+    share is refused naming them, never resolved to either."""
+    twin_a = _with_id(new_session("alice"), "2e86fc72" + "a" * 24)
+    twin_b = _with_id(new_session("alice"), "2e86fc72" + "b" * 24)
+    lone = _with_id(new_session("alice"), "5cbf1d00" + "c" * 24)
+    bobs = _with_id(new_session("bob"), "2e86fc72" + "d" * 24)
+    add(store, twin_a, twin_b, lone, bobs)
+    with store.read() as tx:
+        found = tx.get_session("5cbf1d00", owner="alice")
+        assert found is not None and found.id == lone.id
+        found = tx.get_session("2e86fc72a", owner="alice")
+        assert found is not None and found.id == twin_a.id
+        assert tx.get_session("5cbf1d00", owner="bob") is None  # not bob's
+        found = tx.get_session("2e86fc72", owner="bob")  # his own only: unique for him
+        assert found is not None and found.id == bobs.id
+        assert tx.get_session("5cbf1d0", owner="alice") is None  # 7: a name, not an id
+        with pytest.raises(AmbiguousKey) as told:
+            tx.get_session("2e86fc72", owner="alice")
+        assert twin_a.id in str(told.value) and twin_b.id in str(told.value)
+        assert bobs.id not in str(told.value)
+        with pytest.raises(AmbiguousKey, match="give more of the id"):
+            tx.get_session("2e86fc72")  # everyone's (an admin's lookup): three share it
 
 
 def test_get_session_by_id_and_by_name_for_an_owner(store: Store) -> None:

@@ -10,8 +10,8 @@ engine events from the thread in ``watcher``; the SDK client from ``engine``;
 """
 
 from .agent import DockerAgent
-from .containers import KEPT_CAPABILITIES
 from .firewall import FIREWALL_CHAIN
+from .limits import KEPT_CAPABILITIES
 from .networks import EGRESS_NETWORK
 
 __all__ = ["EGRESS_NETWORK", "FIREWALL_CHAIN", "KEPT_CAPABILITIES", "DockerAgent"]

@@ -97,6 +97,12 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
     async def available(self) -> bool:
         return await engine_answers(self.endpoint, tls_dir=self.tls_cert_path)
 
+    async def reconnect(self) -> None:
+        """A new client and a new event stream (from the last event seen)."""
+        await self.engine.reconnect()
+        if self._watcher is not None:
+            self._watcher.renew()
+
     def announce(self, why: str) -> None:
         """One line, named or chosen by ``auto``: the engine answered either way."""
         self.log.info("bai-jupyter: kernels run in Docker (the local engine answered)")
@@ -181,11 +187,17 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
             if overlay or net == EGRESS_NETWORK
             else self.networks.session_network(api, session_id)
         )
+        subnets: tuple[str, ...] = ()
         if net == EGRESS_NETWORK or any(map(is_main, plans)):
             await self.networks.ensure_egress(api)
+            if net != EGRESS_NETWORK:  # main1 is on both: its own name must mean net
+                subnets = tuple(await self.networks.egress_subnets())
         try:
             created = await gather_all(
-                [self.containers.create(api, session_id, net, plan, net_ready) for plan in plans]
+                [
+                    self.containers.create(api, session_id, net, plan, net_ready, subnets)
+                    for plan in plans
+                ]
             )
         finally:
             if net_ready is not None:  # settle it, so that a clean-up sees the network

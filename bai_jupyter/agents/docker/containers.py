@@ -1,4 +1,4 @@
-"""A kernel's container: its limits, mounts, capabilities and ports.
+"""A kernel's container: its mounts, ports, and the limits and capabilities of ``limits``.
 
 On a local engine the runtime, this package and the bootstrap file are bound
 read-only; a remote engine gets them copied in (see ``bootstrap``).
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,7 +16,6 @@ import docker.errors
 
 from ...kernel_plan import LABEL_KERNEL, LABEL_SESSION, KernelPlan
 from ...model import KernelRole
-from ...resources import parse_amount
 from ...runtime.protocol import (
     CONFIG_DIR,
     DEFAULT_IMAGE,
@@ -37,29 +35,13 @@ from ..base import (
 from .bootstrap import bootstrap_archive, write_bootstrap
 from .engine import BindMount, Engine, explain, gather_all
 from .kernel_ports import LABEL_PORT_BASE, PortBases
+from .limits import KEPT_CAPABILITIES, kernel_limits
 from .networks import EGRESS_NETWORK
 
-__all__ = ["KEPT_CAPABILITIES", "ContainerSettings", "KernelContainers", "kernel_limits"]
+__all__ = ["ContainerSettings", "KernelContainers"]
 
 #: The bai_jupyter package, read-only, on every kernel's PYTHONPATH (``%bai`` in main1).
 PACKAGE_ROOT = "/opt/bai-jupyter"
-#: The only Linux capabilities a kernel keeps (all others are dropped): what sshd
-#: needs (privilege separation: SETUID, SETGID, SYS_CHROOT, AUDIT_WRITE; KILL,
-#: NET_BIND_SERVICE) and what ordinary code run as the container's root needs to manage
-#: its own files (CHOWN, DAC_OVERRIDE, FOWNER, FSETID). Dropped from Docker's default
-#: set: MKNOD, NET_RAW (raw sockets, spoofing), SETPCAP, SETFCAP.
-KEPT_CAPABILITIES = (
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "SETUID",
-    "SETGID",
-    "SYS_CHROOT",
-    "AUDIT_WRITE",
-    "NET_BIND_SERVICE",
-)
 
 
 def container_name(session_id: str, hostname: str) -> str:
@@ -77,26 +59,6 @@ def is_main(plan: KernelPlan) -> bool:
 def is_sftp(plan: KernelPlan) -> bool:
     """A system session's main1: its SFTP port is published for people, always."""
     return plan.role is KernelRole.MAIN and plan.bootstrap.get("mode") == "sftp"
-
-
-def kernel_limits(plan: KernelPlan, pids_limit: int) -> dict[str, Any]:
-    """The engine's limits, exactly the slots the scheduler booked for the kernel.
-
-    Docker reads a zero or absent CPU or memory limit as "unlimited": a kernel
-    without both is refused rather than run uncapped while booked as using nothing.
-    """
-    try:
-        nano = int(parse_amount("cpu", plan.slots.get("cpu", 0)) * Decimal(10**9))
-        mem = int(parse_amount("mem", plan.slots.get("mem", 0)))
-    except ValueError as exc:
-        raise AgentError(f"kernel {plan.hostname}: {exc}") from exc
-    if nano <= 0 or mem <= 0:
-        raise AgentError(
-            f"kernel {plan.hostname}: slots {plan.slots} lack a cpu or mem amount; "
-            "Docker would run it without a limit"
-        )
-    # Memory and memory+swap equal: no swap.
-    return {"pids_limit": pids_limit, "nano_cpus": nano, "mem_limit": mem, "memswap_limit": mem}
 
 
 def _service_ports(plan: KernelPlan) -> list[tuple[str, int]]:
@@ -169,8 +131,11 @@ class KernelContainers:
         net: str,
         plan: KernelPlan,
         net_ready: asyncio.Future[None] | None = None,
+        egress_subnets: tuple[str, ...] = (),
     ) -> str:
-        """Create (not start) one kernel's container with its bootstrap files in place."""
+        """Create (not start) one kernel's container with its bootstrap files in place; a
+        kernel on the egress bridge and ``net`` has its runtime take ``egress_subnets`` off
+        its hostname (see ``runtime/hosts.py``)."""
         settings = self.settings
         bootstrap = dict(plan.bootstrap)
         publish: dict[int, tuple[str]] = {}
@@ -217,6 +182,8 @@ class KernelContainers:
                 BindMount(f"{CONFIG_DIR}/bootstrap.json", str(boot), type="bind", read_only=True)
             )
         first_net = EGRESS_NETWORK if publish or public else net
+        if first_net != net:
+            command += [arg for subnet in egress_subnets for arg in ("--egress-subnet", subnet)]
         limits = kernel_limits(plan, settings.pids_limit)
         disk = await self._disk_option(api, plan.image)
         # No alias on the shared bridge: "main1" must resolve only inside its session.

@@ -28,6 +28,7 @@ from docker.utils.utils import parse_host as _sdk_parse_host
 from docker.utils.utils import version_lt as _version_lt
 
 from ..base import AgentError
+from .tcp import keep_alive
 
 __all__ = ["BindMount", "Engine", "engine_answers", "explain", "gather_all", "unix_socket"]
 
@@ -78,8 +79,11 @@ def new_client(endpoint: str | None, timeout: float, tls_dir: str = "") -> Any:
     if endpoint.startswith("ssh://"):
         return _ssh_client(endpoint, timeout)
     if tls_dir:
-        return _tls_client(endpoint, timeout, Path(tls_dir))
-    return _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE)
+        client = _tls_client(endpoint, timeout, Path(tls_dir))
+    else:
+        client = _SDKClient(base_url=endpoint, timeout=timeout, max_pool_size=_POOL_SIZE)
+    keep_alive(client.api, timeout, _POOL_SIZE)  # a remote machine may die without a word
+    return client
 
 
 #: The base URL the SDK gives an SSH client's requests (its SSH adapter is mounted there).
@@ -257,6 +261,16 @@ class Engine:
             raise AgentError(f"{what}: {explain(exc)}") from exc
         except (requests.exceptions.RequestException, OSError) as exc:  # the engine is gone
             raise AgentError(f"{what}: the engine does not answer: {exc}") from exc
+
+    async def reconnect(self) -> None:
+        """Drop the client and its kept connections; the next call makes a new one.
+
+        After the engine did not answer: its machine may have died without closing our
+        connections, which then lead nowhere (see :mod:`.tcp`)."""
+        async with self._lock:
+            old, self._client = self._client, None
+        if old is not None:  # calls in flight on it end on their own connections
+            await asyncio.to_thread(old.close)
 
     async def close(self) -> None:
         """Drop the client; later calls say the agent is closed."""

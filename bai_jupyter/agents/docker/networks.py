@@ -8,7 +8,10 @@
 * ``bai-jupyter-egress``: main kernels are created on it first (Docker publishes
   no port from an internal network); inter-container traffic on it is off, so
   the main kernels of two sessions cannot talk to each other through it. Its
-  gateway is the address kernels reach this host at.
+  gateway is the address kernels reach this host at. A main1 on both networks gets
+  two ``/etc/hosts`` lines for its hostname in no fixed order: it is told the
+  egress subnets (``egress_subnets``), and its runtime keeps only the session
+  network's (``runtime/hosts.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class Networks:
         #: The egress bridge is known to exist (checked again after a failed start).
         self.egress_ready = False
         self._egress_lock = asyncio.Lock()
+        #: The egress bridge's subnets, as last read (read again once it was made again).
+        self._egress_subnets: list[str] | None = None
 
     async def ensure(
         self, api: Any, name: str, labels: dict[str, str], internal: bool, options: dict[str, str]
@@ -86,6 +91,7 @@ class Networks:
                     options={"com.docker.network.bridge.enable_icc": "false"},
                 )
                 self.egress_ready = True
+                self._egress_subnets = None
 
     def session_network(self, api: Any, session_id: str) -> asyncio.Future[None]:
         """Start making the session's internal bridge (kernels that join it wait for it)."""
@@ -103,6 +109,13 @@ class Networks:
             f"cannot inspect network {EGRESS_NETWORK}", api.inspect_network, EGRESS_NETWORK
         )
         return info
+
+    async def egress_subnets(self) -> list[str]:
+        """The egress bridge's subnets: no kernel's own hostname may resolve into them."""
+        if self._egress_subnets is None:
+            configs = ((await self.egress()).get("IPAM") or {}).get("Config") or []
+            self._egress_subnets = [str(c["Subnet"]) for c in configs if c.get("Subnet")]
+        return self._egress_subnets
 
     async def gateway(self) -> str | None:
         """The egress bridge's gateway: this host, as kernels reach it."""

@@ -3,7 +3,11 @@
 The SDK's stream blocks, so one thread per agent reads it and hands each event
 to the event loop with ``call_soon_threadsafe``. It asks for events ``since``
 the moment watching began, so none is lost while it connects, and reconnects
-(from the last event seen) when the engine goes away.
+(from the last event seen) when the engine goes away, or when told to
+(:meth:`EventWatcher.renew`: the engine answers again after a silence, and the
+stream's connection may lead to a machine that died since; ``tcp://`` engines'
+keep-alives notice that too, later). A kernel that exits while its engine refuses
+connections was stopped with the engine (``detail["agent_stopped"]``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+import requests.exceptions
 
 from ...kernel_plan import LABEL_KERNEL, LABEL_ROOT, LABEL_SESSION
 from ...loops import Backoff
@@ -67,10 +73,20 @@ class EventWatcher(threading.Thread):
         self._stopping = threading.Event()
         self._stream_lock = threading.Lock()
         self._stream: Any = None
+        #: Set by :meth:`renew`: the next stream on a new client.
+        self._renew = threading.Event()
 
     def stop(self) -> None:
         """End the thread soon: close the stream it blocks on (join it to wait)."""
         self._stopping.set()
+        with self._stream_lock:
+            if self._stream is not None:
+                with contextlib.suppress(Exception):
+                    self._stream.close()
+
+    def renew(self) -> None:
+        """Reopen the stream on a new client (from the last event seen)."""
+        self._renew.set()
         with self._stream_lock:
             if self._stream is not None:
                 with contextlib.suppress(Exception):
@@ -83,6 +99,12 @@ class EventWatcher(threading.Thread):
         backoff = Backoff(1.0, 10.0)  # 1, 2, 4 … 10 s between tries; one warning per outage
         while not self._stopping.is_set():
             stream: Any = None
+            renewing = self._renew.is_set()
+            self._renew.clear()
+            if renewing and client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+                client = None
             try:
                 if client is None:
                     client = self.engine.new_client(timeout=10)
@@ -95,10 +117,9 @@ class EventWatcher(threading.Thread):
                 )
                 with self._stream_lock:
                     if self._stopping.is_set():
-                        stream.close()
-                        break
+                        break  # closed below
                     self._stream = stream
-                if backoff.failures:
+                if backoff.failures or renewing:
                     self.log.info("agent %s: docker event stream back", agent_id)
                 backoff.reset()
                 for raw in stream:
@@ -111,7 +132,10 @@ class EventWatcher(threading.Thread):
                         try:
                             self.loop.call_soon_threadsafe(self.report, event)
                         except RuntimeError:  # the loop is closed: nobody listens any more
-                            return
+                            self._stopping.set()
+                            break
+                if self._renew.is_set():
+                    continue  # closed by renew(): at once, a new client above
                 if not self._stopping.is_set():
                     # The engine went away: a fresh client next (the SDK leaks the socket
                     # of a failed connect, and this client's next connect would fail).
@@ -128,8 +152,7 @@ class EventWatcher(threading.Thread):
                 with self._stream_lock:
                     self._stream = None
                 if stream is not None:  # a broken stream holds its socket until closed
-                    with contextlib.suppress(Exception):
-                        stream.close()
+                    _close(stream)
             self._stopping.wait(backoff.delay or 0.1)
         if client is not None:
             with contextlib.suppress(Exception):
@@ -157,9 +180,15 @@ class EventWatcher(threading.Thread):
             return KernelEvent(KernelEventKind.GONE, session_id, kernel_id, detail=detail)
         if action != "die":
             return None
-        with contextlib.suppress(Exception):  # removed meanwhile: no verdict, a plain death
+        try:
             if client.api.inspect_container(actor.get("ID"))["State"].get("OOMKilled"):
                 detail["oom_killed"] = True
+        except requests.exceptions.ConnectionError:
+            # The engine no longer takes connections: it is stopping, and stops its
+            # containers first (a clean dockerd stop). The agent's end, not the kernel's.
+            detail["agent_stopped"] = True
+        except Exception:  # removed meanwhile: no verdict, a plain death
+            pass
         code = int(attrs.get("exitCode", "-1"))
 
         def tail(lines: int) -> bytes:
@@ -196,3 +225,17 @@ class EventWatcher(threading.Thread):
         return KernelEvent(
             KernelEventKind.NETWORK_LOST, session_id, kernel_id, detail={"network": network}
         )
+
+
+def _close(stream: Any) -> None:
+    """Close an event stream and its HTTP response (in the thread that read it).
+
+    The SDK's ``close()`` shuts the socket down, but the response's reader keeps its
+    file descriptor until the response is closed too: left to the garbage collector,
+    that is an unclosed socket (a ResourceWarning) at some random later time."""
+    with contextlib.suppress(Exception):
+        stream.close()
+    response = getattr(stream, "_response", None)
+    if response is not None:
+        with contextlib.suppress(Exception):
+            response.close()

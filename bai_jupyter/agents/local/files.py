@@ -143,7 +143,10 @@ def last_lines(path: Path, count: int) -> bytes:
 def remove_tree(path: Path) -> None:
     """Remove a kernel or session dir; symlinked data folders are unlinked, not followed."""
 
-    def retry_writable(func: Callable[[str], object], name: str, _exc: object) -> None:
+    def retry_writable(func: Callable[[str], object], name: str, exc: object) -> None:
+        error = exc[1] if isinstance(exc, tuple) else exc  # onerror's exc_info, or onexc's
+        if isinstance(error, FileNotFoundError):
+            return  # removed meanwhile (a second tear-down of the same session): gone is gone
         # A read-only dir the user made: make it writable, retry (never chmod through a
         # symlink: that would change the data folder it points to).
         target = Path(name)

@@ -19,7 +19,7 @@ from ...model import Session, SessionSpec, Status
 from ...request import SpecError, apply_template
 from ...resources import ResourceError
 from ...scheduler.queue import NeverFits, UnknownDependency, enqueue
-from ...store import NameConflict
+from ...store import AmbiguousKey, NameConflict
 from ..core import Core
 from ..lifecycle.images import image_known, registry_of
 from ..lifecycle.multinode import MultiNode
@@ -158,7 +158,7 @@ class Admission:
         except NameConflict as exc:
             raise Conflict(str(exc), field="name") from exc
         if not dry_run:
-            core.hub.publish(session)
+            core.hub.poke()  # its event was logged with it
             core.wake()
         return session
 
@@ -205,7 +205,10 @@ class Admission:
             )
 
     async def _resolve_id(self, key: str, owner: str) -> str:
-        session = await self.core.query(lambda tx: tx.get_session(key, owner))
+        try:
+            session = await self.core.query(lambda tx: tx.get_session(key, owner))
+        except AmbiguousKey as exc:
+            raise InvalidRequest(f"depends_on: {exc}", field="depends_on") from None
         if session is None:
             raise InvalidRequest(f"depends_on: {owner} has no session {key!r}", field="depends_on")
         return session.id

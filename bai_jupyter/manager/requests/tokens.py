@@ -16,7 +16,7 @@ import time
 
 from ...errors import Forbidden
 from ...model import Session
-from ...store import Transaction
+from ...store import AmbiguousKey, Transaction
 from ..core import Core
 
 __all__ = ["KernelTokens", "TokenSigner"]
@@ -113,7 +113,10 @@ class KernelTokens:
         is checked, so a name can never stand for another session's id."""
 
         def check(tx: Transaction) -> bool:
-            found = tx.get_session(key, session.owner)
+            try:
+                found = tx.get_session(key, session.owner)
+            except AmbiguousKey:
+                return False  # the handler says why; a token grants one session, named
             if found is None:
                 return False
             return found.id == session.id or tx.token_created(session.id, "session", found.id)

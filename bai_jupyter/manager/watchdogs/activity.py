@@ -94,8 +94,15 @@ class Activity:
         before, and a kernel busy since then would look idle."""
         joined = asyncio.Event()
         self.follow_kernel(session, joined)
-        with contextlib.suppress(asyncio.TimeoutError):
+        try:
             await asyncio.wait_for(joined.wait(), timeout)
+        except asyncio.TimeoutError:  # said, so that a session ended idle under a cell is explained
+            self.core.log.warning(
+                "bai-jupyter: session %s: its kernel's iopub not joined within %g s; "
+                "what it says before then is not seen as use",
+                session.id,
+                timeout,
+            )
 
     async def _follow(
         self, session_id: str, connection: Mapping[str, Any], joined: asyncio.Event | None
@@ -139,10 +146,11 @@ class Activity:
             follower[0].cancel()
 
     def prune(self, keep: set[str], listed_at: float) -> None:
-        """Forget every session but ``keep``, the running ones of a list read at
-        ``listed_at`` (epoch seconds). One followed or used since then stays: it may have
-        turned RUNNING after the list was read (its kernel is followed just before), and
-        a follower dropped then would miss the cell its user runs at once."""
+        """Forget every session but ``keep``, the ones not ended (starting, running or
+        ending) in a list read at ``listed_at`` (epoch seconds). One followed or used since
+        then stays too: it may have started after the list was read. A session's kernel is
+        followed before it turns RUNNING, and a follower dropped then would miss the cell
+        its user runs at once."""
         for session_id in (set(self._last) | set(self._followers)) - keep:
             followed = self._followers.get(session_id)
             used = self._last.get(session_id)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from ...agents.base import AgentError
 from ...idleness import IDLE_TIMEOUT, REASONS, SESSION_LIFETIME, UTILIZATION, IdleRules
-from ...model import ACTIVE, IllegalTransition, Session, SessionType, Status
+from ...model import ACTIVE, OCCUPYING, IllegalTransition, Session, SessionType, Status
 from ..core import Core
 from ..lifecycle.sftp import open_connections
 from ..lifecycle.start_stop import Lifecycle
@@ -85,11 +85,14 @@ class IdleWatch:
         if not settings.configured:
             return
         listed_at = time.time()
-        sessions = await self.core.list_sessions(statuses=ACTIVE)
+        # Not only the running ones: the lifecycle follows a kernel before RUNNING, and
+        # a session still starting when the list is read keeps its follower.
+        present = await self.core.list_sessions(statuses=OCCUPYING)
+        sessions = [s for s in present if s.status in ACTIVE]
         owners = {s.owner for s in sessions}
         groups = await self.core.query(lambda tx: tx.owner_groups(owners)) if owners else {}
         live = {s.id for s in sessions}
-        self.activity.prune(live, listed_at)
+        self.activity.prune({s.id for s in present}, listed_at)
         self.cpu.prune(live)
         self._probed = {k: v for k, v in self._probed.items() if k in live}
         await asyncio.gather(

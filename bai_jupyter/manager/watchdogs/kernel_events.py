@@ -1,4 +1,9 @@
-"""What kernels report: exits, OOM kills and lost networks become state changes."""
+"""What kernels report: exits, OOM kills and lost networks become state changes.
+
+A kernel stopped with its agent (a Docker engine stopped cleanly stops its
+containers, and main1's runtime then exits 0) is the agent's end, not the
+kernel's: its session ends ``agent-lost`` naming the agent, as when it goes silent.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from ...errors import NotFound
 from ...model import ACTIVE, STARTING, IllegalTransition, KernelRole, Session, SessionType
 from ..core import Core, Settings
 from ..lifecycle.start_stop import Lifecycle
+from .liveness import fail_for_agent
 
 __all__ = ["KernelWatcher"]
 
@@ -56,6 +62,13 @@ class KernelWatcher:
             if event.kind is KernelEventKind.OOM_KILLED:
                 # A process was killed for memory; the kernel's own death comes as EXITED.
                 await self._oom_notice(session, kernel.hostname)
+            elif exited and event.detail.get("agent_stopped") and kernel.agent_id:
+                agent = kernel.agent_id
+                hosts = [k.hostname for k in session.kernels if k.agent_id == agent]
+                core.log.warning(
+                    "bai-jupyter: agent %s stopped: session %s ends (agent-lost)", agent, session.id
+                )
+                await fail_for_agent(core, self.lifecycle, session, agent, hosts)
             elif exited and main and session.spec.type is SessionType.BATCH:
                 await self.lifecycle.finish_batch(session, event)
             elif exited and main and event.exit_code == 0 and not event.detail.get("oom_killed"):
@@ -74,20 +87,19 @@ class KernelWatcher:
         """Count a process killed for memory in ``status_data["oom"]`` and tell the watchers."""
         now = time.time()
         store = self.core.require_store()
-
-        def noting() -> Session:
-            with store.edit(session.id) as s:
-                if s.status in ACTIVE:
-                    count = int((s.status_data.get("oom") or {}).get("count", 0)) + 1
-                    oom = {"count": count, "last_at": now, "kernel": host}
-                    s.status_data = {**s.status_data, "oom": oom}
-            return s
-
-        updated = await asyncio.to_thread(noting)
         notice = {
             "kind": "oom",
             "kernel": host,
             "at": now,
             "message": f"a process in {host} was killed: out of memory (the session goes on)",
         }
-        self.core.hub.publish(updated, notice=notice)
+
+        def noting() -> None:
+            with store.edit(session.id, notice=notice) as s:
+                if s.status in ACTIVE:
+                    count = int((s.status_data.get("oom") or {}).get("count", 0)) + 1
+                    oom = {"count": count, "last_at": now, "kernel": host}
+                    s.status_data = {**s.status_data, "oom": oom}
+
+        await asyncio.to_thread(noting)
+        self.core.hub.poke()

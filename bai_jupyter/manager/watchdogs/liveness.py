@@ -4,11 +4,13 @@ Every ``agent_check_interval`` each agent is asked whether it answers (a Docker
 engine: a ping). One silent for ``agent_lost_timeout`` is marked lost: the
 scheduler places nothing there (``schedulable`` off in the store), and the
 sessions with a kernel there end ERROR ``agent-lost`` (their kernels on other
-agents removed; the rest of the sessions keep running). When it answers again,
-its kernels of sessions that ended meanwhile are removed (the overlays those
-sessions held go at the next checks), and it takes sessions again. An agent
-that failed to remove an ended session's kernels while down for less than that
-is swept the same way when it next answers.
+agents removed; the rest of the sessions keep running). An agent that answers
+again after any silence first drops what it kept (``AgentBackend.reconnect``: its
+machine may have died without closing a connection, and a kept one leads
+nowhere). Once lost, when it answers again its kernels of sessions that ended
+meanwhile are removed (the overlays those sessions held go at the next checks),
+and it takes sessions again. An agent that failed to remove an ended session's
+kernels while down for less than that is swept the same way when it next answers.
 """
 
 from __future__ import annotations
@@ -25,10 +27,26 @@ from ..core import Core, move
 from ..lifecycle.start_stop import Lifecycle
 from .reconcile import Reconciler
 
-__all__ = ["Liveness"]
+__all__ = ["Liveness", "fail_for_agent"]
 
 #: Sessions a lost agent takes down with it (those tearing down already finish alone).
 _AFFECTED = [*STARTING, *ACTIVE]
+
+
+async def fail_for_agent(
+    core: Core, lifecycle: Lifecycle, session: Session, agent_id: str, hosts: list[str]
+) -> None:
+    """End ``session`` ERROR ``agent-lost`` (naming the agent and its ``hosts`` there) and
+    remove its kernels, unless it ended meanwhile."""
+
+    def failing(s: Session) -> None:
+        if s.status in _AFFECTED:
+            move(s, Status.ERROR, time.time(), "agent-lost")
+            s.status_data = {**s.status_data, "agent": agent_id, "kernels": hosts}
+
+    session = await core.edit(session.id, failing)
+    if session.status is Status.ERROR and session.status_info == "agent-lost":
+        await lifecycle.teardown(session, Status.ERROR, "agent-lost")
 
 
 class LivenessSettings(Protocol):
@@ -54,6 +72,8 @@ class Liveness:
         self.lifecycle = lifecycle
         self.reconciler = reconciler
         self._last_answer: dict[str, float] = {}
+        #: Agents that failed a check since they last answered.
+        self._silent: set[str] = set()
 
     async def loop(self) -> None:
         """Check every agent, then wait ``agent_check_interval``; survive anything."""
@@ -70,6 +90,9 @@ class Liveness:
             last = self._last_answer.setdefault(agent.id, now)
             if answered:
                 self._last_answer[agent.id] = now
+                if agent.id in self._silent:
+                    self._silent.discard(agent.id)
+                    await agent.reconnect()
                 if agent.id in self.core.lost:
                     await self._returned(agent)
                 elif agent.id in self.core.unswept:
@@ -78,7 +101,9 @@ class Liveness:
                     # Silent when the manager started: its sessions were not judged then.
                     self.reconciler.unreachable.discard(agent.id)
                     await self.reconciler.reconcile()
-            elif agent.id not in self.core.lost and now - last >= self.settings.agent_lost_timeout:
+                continue
+            self._silent.add(agent.id)
+            if agent.id not in self.core.lost and now - last >= self.settings.agent_lost_timeout:
                 await self._lost(agent, now - last)
         await self.lifecycle.multinode.retry()
 
@@ -110,17 +135,7 @@ class Liveness:
         for session in await core.list_sessions(statuses=_AFFECTED):
             hosts = [k.hostname for k in session.kernels if k.agent_id == agent.id]
             if hosts:
-                core.spawn(self._fail(session, agent.id, hosts))
-
-    async def _fail(self, session: Session, agent_id: str, hosts: list[str]) -> None:
-        def failing(s: Session) -> None:
-            if s.status in _AFFECTED:
-                move(s, Status.ERROR, time.time(), "agent-lost")
-                s.status_data = {**s.status_data, "agent": agent_id, "kernels": hosts}
-
-        session = await self.core.edit(session.id, failing)
-        if session.status is Status.ERROR and session.status_info == "agent-lost":
-            await self.lifecycle.teardown(session, Status.ERROR, "agent-lost")
+                core.spawn(fail_for_agent(core, self.lifecycle, session, agent.id, hosts))
 
     async def _sweep(self, agent: AgentBackend) -> None:
         """Remove what a teardown could not remove from an agent down for a moment."""
@@ -133,7 +148,9 @@ class Liveness:
 
     async def _returned(self, agent: AgentBackend) -> None:
         core = self.core
-        core.log.info("bai-jupyter: agent %s answers again: reconciling it", agent.id)
+        core.log.info(
+            "bai-jupyter: agent %s answers again (on new connections): reconciling it", agent.id
+        )
         try:
             await self.reconciler.sweep_agent(agent)
         except AgentError as exc:

@@ -12,10 +12,11 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from ...errors import ConfigError, NotFound
-from ...model import Session
+from ...model import Session, session_event
 from ...scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from ...scheduler.context import PassContext
 from ...scheduler.placement import AgentPool
@@ -30,6 +31,12 @@ __all__ = ["Scheduling", "load_groups"]
 
 #: Sessions whose why-pending record changed are re-announced only up to this many per pass.
 _ANNOUNCED_FAILURES = 100
+
+
+def _log_why_pending(tx: Transaction, session_ids: list[str]) -> None:
+    """Log the events of sessions whose why-pending record a pass wrote."""
+    found = (tx.get_session(sid) for sid in session_ids)
+    tx.add_events([session_event(s) for s in found if s is not None])
 
 
 @dataclass
@@ -130,12 +137,12 @@ class Scheduling:
                 self.policies.key(),
             )
             self.stats[name].record(time.perf_counter() - started, len(result.placements))
-            changed = [p.session_id for p in result.placements]
-            changed += [c.session_id for c in result.cancellations]
-            if len(result.failures) <= _ANNOUNCED_FAILURES:
-                changed += list(result.failures)
-            for session_id in changed:
-                core.hub.publish(await core.get(session_id))
+            # Placements and cancellations logged their events in the pass; why-pending
+            # records are told too, up to a number (a queue of thousands would flood).
+            failed = list(result.failures)
+            if failed and len(failed) <= _ANNOUNCED_FAILURES:
+                await core.db(partial(_log_why_pending, session_ids=failed))
+            core.hub.poke()
             for placement in result.placements:
                 core.spawn(self.lifecycle.start(placement.session_id))
             if result.cancellations:
