@@ -1,6 +1,8 @@
 """Scheduling-pass time and placements per second, per sequencer × selector.
 
-Run: ``.venv/bin/python bench/scheduler.py [--repeat N] [--quick]``
+Run: ``.venv/bin/python bench/scheduler.py [--repeat N] [--quick]``; with ``--scale``,
+passes in a store instead (SQLite and PostgreSQL, new against the old way side by
+side: see ``bench/store_pass.py``).
 
 Sizes (pending sessions × agents): 1k × 100, 5k × 500, 10k × 1k, 20k × 2k.
 Prints, per combination: the median pass time, placements/s, and the ratio of
@@ -120,7 +122,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per cell (median)")
     parser.add_argument("--quick", action="store_true", help="only the two smallest sizes")
+    parser.add_argument(
+        "--scale", action="store_true", help="passes in a store: 1k×100 and 10k×1k, both engines"
+    )
+    parser.add_argument(
+        "--old-at-10k", action="store_true", help="with --scale: the old way at 10k×1k too (slow)"
+    )
     args = parser.parse_args()
+    if args.scale:
+        from store_pass import measure_scale
+
+        print(f"passes in a store, drf/concentrated, medians over {args.repeat} fresh stores:")
+        measure_scale(make_snapshot, args.repeat, args.old_at_10k)
+        return
     sizes = SIZES[:2] if args.quick else SIZES
     base_time, base_placed = measure(naive_pass(SIZES[0]), args.repeat)
     head = f"{'sequencer/selector':<24}" + "".join(f"{f'{s // 1000}k×{a}':>22}" for s, a in sizes)

@@ -58,6 +58,12 @@ class PassResult:
     #: The session that blocked the queue (strict FIFO) and those left untried behind it.
     blocked_by: str | None = None
     untried: list[str] = field(default_factory=list)
+    #: Until when the same inputs give the same decisions (None: for ever; the pass's own
+    #: time: not even the next pass). A pass that placed and cancelled nothing is skipped
+    #: until then while nothing in the store changes (``scheduler.queue.run_pass``).
+    steady_until: float | None = field(default=None, compare=False)
+    #: Whether the pass was skipped so (nothing changed since an idle pass).
+    skipped: bool = field(default=False, compare=False)
 
 
 class _Placer:
@@ -297,6 +303,7 @@ def _schedule(
         if session.id not in cancelled:
             bands[session.spec.priority].append(session)
     tried: set[str] = set()
+    result.steady_until = _steady_until(snapshot.pending, cancelled, ctx)
     for priority in sorted(bands, reverse=True):
         for session in _order(sequencer, bands[priority], ctx, result, cancelled):
             tried.add(session.id)
@@ -339,4 +346,24 @@ def _try(
     verdicts = [Verdict("resources", pool.describe_shortfall(session.spec))]
     info = _failure_record(session, verdicts, now)
     result.failures[session.id] = info
-    return sequencer.on_no_fit(session, info, ctx)
+    blocks = sequencer.on_no_fit(session, info, ctx)
+    result.steady_until = _earliest(result.steady_until, sequencer.steady_until(info, now))
+    return blocks
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _steady_until(pending: list[Session], cancelled: set[str], ctx: PassContext) -> float | None:
+    """When the first time-bound verdict changes: a pending timeout, a ``starts_at``."""
+    limit, now, until = ctx.config.pending_timeout, ctx.now, None
+    for session in pending:
+        if session.id in cancelled:
+            continue
+        if limit is not None:
+            until = _earliest(until, session.created_at + limit)
+        starts = session.spec.starts_at
+        if starts is not None and starts > now:
+            until = _earliest(until, starts)
+    return until

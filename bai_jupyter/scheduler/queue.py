@@ -7,8 +7,8 @@ another process's on the same store.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import hashlib
 from collections.abc import Callable, Sequence
 
 from ..model import Session, Status
@@ -56,13 +56,17 @@ def enqueue(store: Store, session: Session, dry_run: bool = False) -> None:
         tx.add_session(session)
 
 
-def load_snapshot(tx: Transaction, resource_group: str) -> Snapshot:
-    """Everything a pass over ``resource_group`` reads."""
-    pending = tx.list_sessions(
-        statuses=[Status.PENDING], resource_group=resource_group, history=False
-    )
-    owner_sessions, owner_occupied = tx.occupancy_by_owner()
-    _, owner_group_occupied = tx.occupancy_by_owner(resource_group)
+def load_snapshot(tx: Transaction, resource_group: str, lean: bool = False) -> Snapshot:
+    """Everything a pass over ``resource_group`` reads: the group's pending sessions (no
+    history; ``lean``: no kernels nor meta either, as a pass needs them), its agents, and
+    per owner what is held (aggregated by the database)."""
+    if lean:
+        pending = tx.pending_for_pass(resource_group)
+    else:
+        pending = tx.list_sessions(
+            statuses=[Status.PENDING], resource_group=resource_group, history=False
+        )
+    owner_sessions, owner_occupied, owner_group_occupied = tx.occupancy(resource_group)
     owners = {s.owner for s in pending} | set(owner_group_occupied)
     return Snapshot(
         agents=tx.list_agents(resource_group),
@@ -76,29 +80,25 @@ def load_snapshot(tx: Transaction, resource_group: str) -> Snapshot:
 
 
 def apply_result(tx: Transaction, snapshot: Snapshot, result: PassResult, now: float) -> None:
-    """Write a pass's decisions: reservations, why-pending records, cancellations."""
+    """Write a pass's decisions (the snapshot loaded ``lean``): reservations, why-pending
+    records, cancellations; a few statements for the whole pass, not a few per session."""
     by_id = {s.id: s for s in snapshot.pending}
+    decided: list[Session] = []
     for placement in result.placements:
         session = by_id[placement.session_id]
-        before = copy.deepcopy(session)
-        for kernel, agent_id in zip(session.kernels, placement.agent_ids):
-            kernel.agent_id = agent_id
-            kernel.set_status(Status.SCHEDULED)
         # Not pending any more: the why-pending record would only mislead.
         data = session.status_data.copy()
         data.pop("scheduler", None)
         session.set_status(Status.SCHEDULED, now, None, data)
-        tx.save_session(session, before)
+        decided.append(session)
     for cancel in result.cancellations:
         session = by_id[cancel.session_id]
-        before = copy.deepcopy(session)
-        for kernel in session.kernels:
-            kernel.set_status(Status.CANCELLED, cancel.status_info)
         record = {**session.scheduler_data, "msg": cancel.msg, "last_try": now}
         session.set_status(
             Status.CANCELLED, now, cancel.status_info, {**session.status_data, "scheduler": record}
         )
-        tx.save_session(session, before)
+        decided.append(session)
+    tx.write_decisions(decided, {p.session_id: p.agent_ids for p in result.placements})
     records = dict(result.failures)
     if result.blocked_by is not None:
         msg = f"waiting behind {result.blocked_by} (head of the queue)"
@@ -110,6 +110,31 @@ def apply_result(tx: Transaction, snapshot: Snapshot, result: PassResult, now: f
     )
 
 
+def _config_key(config: SchedulerConfig, policy_key: str) -> str:
+    """Tells a group's settings (and the owner policies') from others, across processes."""
+    return hashlib.sha256(f"{config!r}|{policy_key}".encode()).hexdigest()[:16]
+
+
+def _skip(tx: Transaction, resource_group: str, key: str, now: float) -> PassResult | None:
+    """A pass that would decide as the group's last idle one did: it only counts the
+    tries again, and returns what that pass would (the same records, the same head)."""
+    mark = tx.idle_mark(resource_group)
+    if mark is None or mark.get("key") != key or mark.get("changes") != tx.change_count():
+        return None
+    until = mark.get("until")
+    if until is not None and now >= until:
+        return None
+    result = PassResult(blocked_by=mark.get("blocked_by"), steady_until=until, skipped=True)
+    tried = mark.get("tried")
+    if tried is not None:
+        result.failures, pending = tx.count_tries(resource_group, tried, now)
+        if result.blocked_by is not None:
+            result.untried = [sid for sid in pending if sid not in result.failures]
+        if result.failures:
+            tx.set_idle_mark(resource_group, {**mark, "tried": now})
+    return result
+
+
 def run_pass(
     store: Store,
     resource_group: str,
@@ -118,27 +143,51 @@ def run_pass(
     selector: AgentSelector,
     now: float,
     owner_policy: OwnerPolicyOf | None = None,
+    policy_key: str = "",
 ) -> PassResult:
     """One scheduling pass over a resource group, serialized through the store.
 
     ``owner_policy(owner, groups, the group's own)``: per-owner limits from elsewhere
-    (the manager's policies), for the owners with pending sessions."""
+    (the manager's policies), for the owners with pending sessions; ``policy_key``: what
+    they are (a digest), so an idle pass is skipped only under the same policies.
+
+    A pass that places and cancels nothing leaves an idle mark in the store: the next
+    passes of the group only count their tries (no snapshot, no decisions) until the
+    store's change counter moves, the settings differ, or a time-bound verdict is due."""
+    key = _config_key(config, policy_key)
     with store.write() as tx:
-        snapshot = load_snapshot(tx, resource_group)
+        skipped = _skip(tx, resource_group, key, now)
+        if skipped is not None:
+            return skipped
+        snapshot = load_snapshot(tx, resource_group, lean=True)
         if not snapshot.pending:
-            return PassResult()
-        if owner_policy is not None:
-            owners = {s.owner for s in snapshot.pending}
-            config = dataclasses.replace(
-                config,
-                owner_policies={
-                    **config.owner_policies,
-                    **{
-                        o: owner_policy(o, snapshot.owner_groups.get(o, []), config.policy(o))
-                        for o in owners
+            result = PassResult()
+        else:
+            if owner_policy is not None:
+                owners = {s.owner for s in snapshot.pending}
+                config = dataclasses.replace(
+                    config,
+                    owner_policies={
+                        **config.owner_policies,
+                        **{
+                            o: owner_policy(o, snapshot.owner_groups.get(o, []), config.policy(o))
+                            for o in owners
+                        },
                     },
-                },
-            )
-        result = schedule(snapshot, config, sequencer, selector, now)
-        apply_result(tx, snapshot, result, now)
+                )
+            result = schedule(snapshot, config, sequencer, selector, now)
+            apply_result(tx, snapshot, result, now)
+        idle = not result.placements and not result.cancellations
+        steady = result.steady_until is None or result.steady_until > now
+        mark = None
+        if idle and steady and not tx.changed:
+            tried = now if result.failures else None
+            mark = {
+                "changes": tx.change_count(),
+                "key": key,
+                "until": result.steady_until,
+                "tried": tried,
+                "blocked_by": result.blocked_by,
+            }
+        tx.set_idle_mark(resource_group, mark)
         return result

@@ -47,6 +47,13 @@ class Sequencer:
         """
         return False
 
+    def steady_until(self, info: Mapping[str, Any], now: float) -> float | None:
+        """Until when a session that found no room (``info``: its record after
+        :meth:`on_no_fit`) keeps its place in this order, if nothing else changes: None
+        for ever, ``now`` for not even the next pass. A sequencer whose order moves with
+        time or with the count of tries says so here, or idle passes would be skipped."""
+        return None
+
 
 class FIFOSequencer(Sequencer):
     """Oldest first. Strict by default: a session that does not fit blocks the queue.
@@ -90,6 +97,14 @@ class FIFOSequencer(Sequencer):
         if info.get("retries", 0) >= self.num_retries_to_skip and "pushed_at" not in info:
             info["pushed_at"] = ctx.now
         return not self.pushed_back(info, ctx.now)
+
+    def steady_until(self, info: Mapping[str, Any], now: float) -> float | None:
+        if self.num_retries_to_skip == 0:
+            return None
+        if "pushed_at" not in info:
+            return now  # its tries count towards being pushed back: every pass matters
+        pushed_at = float(info["pushed_at"])
+        return pushed_at + self.hol_max_wait if self.pushed_back(info, now) else None
 
 
 class LIFOSequencer(Sequencer):

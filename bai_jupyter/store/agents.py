@@ -15,6 +15,7 @@ class AgentRecords:
     """The agents the manager registered, by id."""
 
     conn: Connection
+    changed: bool
 
     def list_agents(self, resource_group: str | None = None) -> list[Agent]:
         query = sa.select(agents_table).order_by(agents_table.c.id)
@@ -25,12 +26,12 @@ class AgentRecords:
     def put_agent(self, agent: Agent) -> None:
         """Register or update an agent; its reservations are recomputed from its kernels."""
         occupied = ResourceSlot()
-        for row in self.conn.execute(
+        for kernel in self.conn.execute(
             sa.select(kernels_table.c.slots).where(
                 kernels_table.c.agent_id == agent.id, kernels_table.c.status.in_(OCCUPYING_VALUES)
             )
         ):
-            occupied = occupied + ResourceSlot(row.slots)
+            occupied = occupied + ResourceSlot(kernel.slots)
         values = {
             "id": agent.id,
             "resource_group": agent.resource_group,
@@ -40,9 +41,11 @@ class AgentRecords:
             "occupied": occupied.to_json(),
             "schedulable": agent.schedulable,
         }
-        if self.conn.execute(
-            sa.select(agents_table.c.id).where(agents_table.c.id == agent.id)
-        ).first():
+        found = self.conn.execute(sa.select(agents_table).where(agents_table.c.id == agent.id))
+        row = found.first()
+        if row is None or row._asdict() != values:
+            self.changed = True  # room made or taken; a heartbeat that changes nothing is not
+        if row is not None:
             self.conn.execute(
                 sa.update(agents_table).where(agents_table.c.id == agent.id).values(values)
             )

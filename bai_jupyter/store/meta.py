@@ -15,6 +15,7 @@ class MetaRecords:
     """What the store knows beside sessions: owners' groups, its own keys."""
 
     conn: Connection
+    changed: bool
 
     def owner_groups(self, owners: Iterable[str]) -> dict[str, list[str]]:
         """The user groups of each of ``owners`` the store knows (owners it does not: left out)."""
@@ -31,6 +32,8 @@ class MetaRecords:
     def set_owner_groups(self, owner: str, groups: Sequence[str], now: float) -> None:
         """Remember ``owner``'s user groups (as the authenticator said, most recently)."""
         values = {"groups": sorted(set(groups)), "updated_at": now}
+        if self.owner_groups([owner]).get(owner, []) != values["groups"]:
+            self.changed = True  # group fair share and group policies may change
         done = self.conn.execute(
             sa.update(owners_table).where(owners_table.c.owner == owner).values(values)
         )

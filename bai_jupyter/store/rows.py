@@ -48,8 +48,9 @@ def kernel_values(kernel: Kernel) -> dict[str, Any]:
     return {**kernel_to_json(kernel), "role": kernel.role.value, "session_id": kernel.session_id}
 
 
-def session_values(session: Session) -> dict[str, Any]:
-    return {
+def session_values(session: Session, with_spec: bool = True) -> dict[str, Any]:
+    """Its row; ``with_spec=False`` leaves out the spec (serializing it is the costly part)."""
+    values = {
         "id": session.id,
         "owner": session.owner,
         "name": session.spec.name,
@@ -59,10 +60,12 @@ def session_values(session: Session) -> dict[str, Any]:
         "status_data": session.status_data,
         "result": session.result.value,
         "exit_code": session.exit_code,
-        "spec": spec_to_json(session.spec),
         "created_at": session.created_at,
         "meta": session.meta,
     }
+    if with_spec:
+        values["spec"] = spec_to_json(session.spec)
+    return values
 
 
 def template_from_row(row: sa.Row[Any]) -> Template:

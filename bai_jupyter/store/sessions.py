@@ -15,6 +15,7 @@ from ..model import (
     Kernel,
     Session,
     SessionResult,
+    SessionSpec,
     Status,
     is_id_key,
     session_event,
@@ -22,12 +23,12 @@ from ..model import (
 from ..request import parse_spec
 from ..resources import ResourceSlot
 from ..wire import kernel_from_json
+from .bulk import insert_many, update_many
 from .errors import AmbiguousKey, NameConflict
 from .events import log_events
 from .rows import (
     KERNEL_COLUMNS,
     NOT_ENDED_VALUES,
-    OCCUPYING_VALUES,
     chunks,
     kernel_values,
     session_values,
@@ -41,6 +42,7 @@ from .tables import (
     sessions_table,
 )
 
+_UNSET = object()
 #: Ids an ambiguous prefix's error shows at most.
 _SHOWN = 3
 
@@ -49,6 +51,8 @@ class SessionRecords:
     """Sessions, their kernels and history; saving one adjusts its agents' reserved slots."""
 
     conn: Connection
+    #: Whether this transaction may make room or add work (see ``Store.write``).
+    changed: bool
 
     def _load_sessions(self, rows: Sequence[sa.Row[Any]], history: bool) -> list[Session]:
         if not rows:
@@ -160,64 +164,60 @@ class SessionRecords:
         self.conn.execute(sa.insert(sessions_table), [session_values(session)])
         self.conn.execute(sa.insert(kernels_table), [kernel_values(k) for k in session.kernels])
         self._add_history(session.id, session.status_history)
+        self.changed = True
         log_events(self.conn, [session_event(session)])
 
     def _add_history(self, session_id: str, entries: Iterable[HistoryEntry]) -> None:
-        rows = [
-            {"session_id": session_id, "status": e.status.value, "at": e.at, "info": e.info}
-            for e in entries
-        ]
+        rows = _history_rows(session_id, entries)
         if rows:
             self.conn.execute(sa.insert(history_table), rows)
 
     def save_session(self, session: Session, before: Session, **extra: Any) -> None:
         """Write ``session``'s changes against its loaded state ``before``, and its event
-        (with ``extra``, e.g. a ``notice``).
+        (with ``extra``, e.g. a ``notice``)."""
+        self.save_sessions([(session, before)], **extra)
 
-        Kernels that start or stop occupying slots adjust their agents'
-        ``occupied`` in the same transaction.
-        """
-        self.conn.execute(
-            sa.update(sessions_table)
-            .where(sessions_table.c.id == session.id)
-            .values(session_values(session))
-        )
-        old = {k.id: k for k in before.kernels}
+    def save_sessions(self, changes: Sequence[tuple[Session, Session]], **extra: Any) -> None:
+        """Write sessions' changes against their loaded states, a few statements for all,
+        and each one's event (with ``extra``).
+
+        Only changed columns are written, one executemany per set of columns. Kernels that
+        start or stop occupying slots adjust their agents' ``occupied`` in the same
+        transaction. A change of status, result or a kernel's agent marks the transaction
+        as one that may make room or add work (the scheduler's change counter)."""
+        rows: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+        kernel_rows: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
         deltas: dict[str, list[tuple[ResourceSlot, int]]] = defaultdict(list)
-        for kernel in session.kernels:
-            prev = old[kernel.id]
-            if kernel_values(kernel) != kernel_values(prev):
-                self.conn.execute(
-                    sa.update(kernels_table)
-                    .where(kernels_table.c.id == kernel.id)
-                    .values(kernel_values(kernel))
-                )
-            was = prev.agent_id if prev.status.occupies else None
-            now = kernel.agent_id if kernel.status.occupies else None
-            if was != now:
-                if was is not None:
-                    deltas[was].append((prev.slots, -1))
-                if now is not None:
-                    deltas[now].append((kernel.slots, +1))
-        self._adjust_occupied(deltas)
-        self._add_history(session.id, session.status_history[len(before.status_history) :])
-        log_events(self.conn, [session_event(session, **extra)])
-
-    def _adjust_occupied(self, deltas: dict[str, list[tuple[ResourceSlot, int]]]) -> None:
-        for agent_id, changes in deltas.items():
-            row = self.conn.execute(
-                sa.select(agents_table.c.occupied).where(agents_table.c.id == agent_id)
-            ).first()
-            if row is None:
-                continue  # the agent was removed; nothing is reserved there any more
-            occupied = ResourceSlot(row.occupied)
-            for slots, sign in changes:
-                occupied = occupied + slots if sign > 0 else occupied - slots
-            self.conn.execute(
-                sa.update(agents_table)
-                .where(agents_table.c.id == agent_id)
-                .values(occupied=occupied.to_json())
-            )
+        history: list[dict[str, Any]] = []
+        for session, before in changes:
+            new, old = _columns(session, before.spec), _columns(before, before.spec)
+            cols = tuple(sorted(k for k in new if new[k] != old.get(k, _UNSET)))
+            if cols:
+                rows[cols].append({"id": session.id, **{k: new[k] for k in cols}})
+                self.changed |= bool({"status", "result", "owner"} & set(cols))
+            prev_of = {k.id: k for k in before.kernels}
+            for kernel in session.kernels:
+                prev = prev_of[kernel.id]
+                knew, kold = kernel_values(kernel), kernel_values(prev)
+                kcols = tuple(sorted(k for k in knew if knew[k] != kold[k]))
+                if kcols:
+                    kernel_rows[kcols].append({"id": kernel.id, **{k: knew[k] for k in kcols}})
+                    self.changed |= bool({"status", "agent_id"} & set(kcols))
+                was = prev.agent_id if prev.status.occupies else None
+                now = kernel.agent_id if kernel.status.occupies else None
+                if was != now:
+                    if was is not None:
+                        deltas[was].append((prev.slots, -1))
+                    if now is not None:
+                        deltas[now].append((kernel.slots, +1))
+            added = session.status_history[len(before.status_history) :]
+            history += _history_rows(session.id, added)
+        for table, grouped in ((sessions_table, rows), (kernels_table, kernel_rows)):
+            for params in grouped.values():
+                update_many(self.conn, table, params)
+        self.changed |= adjust_occupied(self.conn, deltas)
+        insert_many(self.conn, history_table, history)
+        log_events(self.conn, [session_event(session, **extra) for session, _ in changes])
 
     def save_logs(self, kernel_id: str, logs: str) -> None:
         """Keep a kernel's output after its container is gone."""
@@ -242,24 +242,6 @@ class SessionRecords:
                 states[row.id] = (Status(row.status), SessionResult(row.result))
         return states
 
-    def occupancy_by_owner(
-        self, resource_group: str | None = None
-    ) -> tuple[dict[str, int], dict[str, ResourceSlot]]:
-        """Per owner: sessions holding slots, and the slots held (optionally in one group)."""
-        query = (
-            sa.select(sessions_table.c.id, sessions_table.c.owner, kernels_table.c.slots)
-            .join(kernels_table, kernels_table.c.session_id == sessions_table.c.id)
-            .where(kernels_table.c.status.in_(OCCUPYING_VALUES))
-        )
-        if resource_group is not None:
-            query = query.where(sessions_table.c.resource_group == resource_group)
-        sessions: dict[str, set[str]] = defaultdict(set)
-        held: dict[str, ResourceSlot] = {}
-        for row in self.conn.execute(query):
-            sessions[row.owner].add(row.id)
-            held[row.owner] = held.get(row.owner, ResourceSlot()) + ResourceSlot(row.slots)
-        return {owner: len(ids) for owner, ids in sessions.items()}, held
-
     def delete_sessions(self, ids: Iterable[str]) -> int:
         """Remove sessions' records (kernels, logs, history, events and their kernel tokens'
         records with them, and the records of the kernel tokens that created them); how
@@ -278,14 +260,42 @@ class SessionRecords:
                 sa.delete(sessions_table).where(sessions_table.c.id.in_(chunk))
             )
             gone += result.rowcount or 0
+        self.changed |= gone > 0  # a dependency may be gone
         return gone
 
     def set_status_data(self, updates: dict[str, dict[str, Any]]) -> None:
         """Replace many sessions' ``status_data`` at once (the scheduler's records)."""
-        if updates:
-            self.conn.execute(
-                sa.update(sessions_table)
-                .where(sessions_table.c.id == sa.bindparam("sid"))
-                .values(status_data=sa.bindparam("data")),
-                [{"sid": sid, "data": data} for sid, data in updates.items()],
+        rows = [{"id": sid, "status_data": data} for sid, data in updates.items()]
+        update_many(self.conn, sessions_table, rows)
+
+
+def _columns(session: Session, spec_before: SessionSpec) -> dict[str, Any]:
+    """A session's row; the spec is serialized only when it is a new object."""
+    return session_values(session, with_spec=session.spec is not spec_before)
+
+
+def _history_rows(session_id: str, entries: Iterable[HistoryEntry]) -> list[dict[str, Any]]:
+    return [
+        {"session_id": session_id, "status": e.status.value, "at": e.at, "info": e.info}
+        for e in entries
+    ]
+
+
+def adjust_occupied(conn: Connection, deltas: dict[str, list[tuple[ResourceSlot, int]]]) -> bool:
+    """Apply slot changes to agents' ``occupied``, one read and one executemany; whether
+    there were any."""
+    if not deltas:
+        return False
+    updates: list[dict[str, Any]] = []
+    for chunk in chunks(sorted(deltas)):
+        for row in conn.execute(
+            sa.select(agents_table.c.id, agents_table.c.occupied).where(
+                agents_table.c.id.in_(chunk)
             )
+        ):  # an agent removed meanwhile holds nothing any more: no row, nothing to do
+            occupied = ResourceSlot(row.occupied)
+            for slots, sign in deltas[row.id]:
+                occupied = occupied + slots if sign > 0 else occupied - slots
+            updates.append({"id": row.id, "occupied": occupied.to_json()})
+    update_many(conn, agents_table, updates)
+    return True

@@ -155,7 +155,10 @@ class Store:
                     .where(meta_table.c.key == "schema_version")
                     .with_for_update()
                 )
-            yield Transaction(conn)
+            tx = Transaction(conn)
+            yield tx
+            if tx.changed:  # under the write lock still: no other writer counts meanwhile
+                tx.bump_changes()
 
     @contextmanager
     def read(self) -> Iterator[Transaction]:

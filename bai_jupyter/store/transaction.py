@@ -9,6 +9,7 @@ from .endpoints import EndpointRecords
 from .events import EventRecords
 from .kernel_tokens import KernelTokenRecords
 from .meta import MetaRecords
+from .scheduling import SchedulingRecords
 from .sessions import SessionRecords
 from .templates import TemplateRecords
 
@@ -21,8 +22,12 @@ class Transaction(
     EventRecords,
     KernelTokenRecords,
     MetaRecords,
+    SchedulingRecords,
 ):
     """Reads and writes inside one transaction; obtained from :meth:`Store.write`/``read``."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        #: Set by every write that may make room or add work; the store then bumps its
+        #: change counter (``bai_meta`` ``changes``) as the transaction commits.
+        self.changed = False

@@ -8,11 +8,14 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from bai_jupyter.model import Agent, ClusterMode, Session, SessionSpec, Status
 from bai_jupyter.resources import ResourceSlot, total
@@ -190,6 +193,28 @@ def test_pass_reserves_slots_and_schedules(store: Store) -> None:
     assert occupied(store) == {"a1": cpu(3, "1g"), "a2": cpu(4, "2g")}
 
     assert one_pass(store, T0 + 11) == PassResult()  # nothing left to do
+
+
+def test_a_pass_logs_each_placement_and_cancellation_with_its_kernels(store: Store) -> None:
+    """What a pass decides reaches every event stream: its events are in the store's log,
+    written in the pass's own transaction, each kernel with its session's new status."""
+    put_agents(store, Agent("a1", cpu(4)))
+    gone = new_session(resources=cpu(1), at=T0)
+    enqueue(store, gone)
+    cancel(store, gone.id, T0 + 1)
+    pair = new_session(resources=cpu(1), size=2, at=T0 + 2)
+    orphan = new_session(depends_on=[gone.id], at=T0 + 3)
+    for session in (pair, orphan):
+        enqueue(store, session)
+    with store.read() as tx:
+        (seen, _), *_ = reversed(tx.events_after(0))
+    one_pass(store, T0 + 10)
+    with store.read() as tx:
+        logged = [e for _, e in tx.events_after(seen)]
+    assert {(e["session_id"], e["status"], tuple(e["kernels"].items())) for e in logged} == {
+        (pair.id, "SCHEDULED", (("main1", "SCHEDULED"), ("sub1", "SCHEDULED"))),
+        (orphan.id, "CANCELLED", (("main1", "CANCELLED"),)),
+    }
 
 
 def test_why_pending_is_recorded_and_retries_count_up(store: Store) -> None:
@@ -410,3 +435,139 @@ def test_two_processes_never_double_allocate(store_url: str) -> None:
     for agent in agents:
         assert agent.occupied.fits_in(agent.capacity), agent
         assert agent.occupied == total(held[agent.id]), agent
+
+
+# --- passes that scale ----------------------------------------------------------------------
+
+
+@contextmanager
+def statements(store: Store) -> Iterator[list[str]]:
+    """The SQL statements ``store`` runs meanwhile (an executemany counts once)."""
+    seen: list[str] = []
+
+    def note(*args: Any) -> None:
+        seen.append(args[2])
+
+    sa.event.listen(store.engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", note)
+
+
+def test_a_pass_writes_its_decisions_in_a_few_statements(store: Store) -> None:
+    put_agents(store, *(Agent(f"a{i:02d}", cpu(4, "4g")) for i in range(20)))
+    sessions = [new_session(f"u{i % 5}", cpu(1, "1g"), at=T0 + i) for i in range(40)]
+    sessions += [
+        new_session("u9", cpu(1, "1g"), size=2, mode=ClusterMode.MULTI_NODE, at=T0 + 50 + i)
+        for i in range(10)
+    ]
+    for session in sessions:
+        enqueue(store, session)
+
+    with statements(store) as seen:
+        result = one_pass(store, T0 + 100)
+    assert len(result.placements) == 50
+    # Load, decide, write: the same few statements for 50 placements as for one.
+    assert len(seen) <= 20, "\n".join(seen)
+    with store.read() as tx:
+        agents = tx.list_agents()
+        placed = tx.list_sessions()
+    assert all(s.status is Status.SCHEDULED for s in placed)
+    assert all([h.status for h in s.status_history] == [Status.PENDING, Status.SCHEDULED]
+               for s in placed)  # fmt: skip
+    kernels = [k for s in placed for k in s.kernels]
+    assert all(k.status is Status.SCHEDULED and k.agent_id for k in kernels)
+    for agent in agents:
+        assert agent.occupied == total([k.slots for k in kernels if k.agent_id == agent.id])
+
+
+def test_an_unchanged_queue_is_not_loaded_again(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(4)))
+    first = new_session(resources=cpu(3), at=T0)
+    waiting = new_session(resources=cpu(2), at=T0 + 1)
+    enqueue(store, first)
+    enqueue(store, waiting)
+    one_pass(store, T0 + 10)  # places first
+    looked = one_pass(store, T0 + 20)  # must look: the store changed; places nothing
+
+    with statements(store) as seen:
+        again = one_pass(store, T0 + 30)
+    assert again.skipped and not looked.skipped
+    assert not [sql for sql in seen if "bai_kernels" in sql or "bai_agents" in sql], seen
+    # What a full pass would have said and recorded.
+    assert again.blocked_by == looked.blocked_by == waiting.id
+    assert again.failures[waiting.id]["retries"] == 3
+    assert get(store, waiting.id).status_data["scheduler"]["retries"] == 3
+    assert get(store, waiting.id).status_data["scheduler"]["last_try"] == T0 + 30
+
+    finish(store, first.id, T0 + 40, 0)  # makes room: the next pass looks again
+    assert [p.session_id for p in one_pass(store, T0 + 50).placements] == [waiting.id]
+
+
+def test_an_idle_pass_is_skipped_by_every_process_until_any_changes_the_store(
+    store_url: str,
+) -> None:
+    """The idle mark and the change counter live in the store: two managers (two Store
+    objects, as two processes have) see each other's passes and changes."""
+    one, other = Store(store_url), Store(store_url)
+    try:
+        put_agents(one, Agent("a1", cpu(4)))
+        first = new_session(resources=cpu(3), at=T0)
+        waiting = new_session(resources=cpu(2), at=T0 + 1)
+        enqueue(one, first)
+        enqueue(one, waiting)
+        one_pass(one, T0 + 10)
+        assert not one_pass(one, T0 + 20).skipped  # idle: leaves its mark
+        assert one_pass(other, T0 + 30).skipped  # the other sees the mark
+
+        finish(other, first.id, T0 + 40, 0)  # a change by the other
+        assert [p.session_id for p in one_pass(one, T0 + 50).placements] == [waiting.id]
+    finally:
+        one.close()
+        other.close()
+
+
+def test_a_pass_under_other_settings_is_not_skipped(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(4)))
+    enqueue(store, new_session(resources=cpu(3), at=T0))
+    waiting = new_session(resources=cpu(2), at=T0 + 1)
+    enqueue(store, waiting)
+    one_pass(store, T0 + 10)
+    one_pass(store, T0 + 20)
+    assert one_pass(store, T0 + 30).skipped
+    limited = SchedulerConfig(pending_timeout=5)  # another manager's settings
+    result = run_pass(store, "default", limited, FIFOSequencer(), ConcentratedSelector(), T0 + 40)
+    assert not result.skipped
+    assert [c.session_id for c in result.cancellations] == [waiting.id]
+
+
+def test_a_heuristic_fifo_head_is_pushed_back_though_nothing_changes(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(4)))
+    enqueue(store, new_session(resources=cpu(3), at=T0))
+    one_pass(store, T0 + 1)
+    big = new_session(resources=cpu(2), at=T0 + 2)
+    small = new_session(resources=cpu(1), at=T0 + 3)
+    enqueue(store, big)
+    enqueue(store, small)
+    fifo = FIFOSequencer({"num_retries_to_skip": 3})
+
+    def heuristic_pass(now: float) -> PassResult:
+        return run_pass(store, "default", SchedulerConfig(), fifo, ConcentratedSelector(), now)
+
+    # Every try counts towards pushing the head back: no pass is skipped until it is.
+    assert heuristic_pass(T0 + 10).blocked_by == big.id
+    assert heuristic_pass(T0 + 20).blocked_by == big.id
+    result = heuristic_pass(T0 + 30)
+    assert not result.skipped
+    assert [p.session_id for p in result.placements] == [small.id]
+
+
+def test_a_session_is_placed_at_its_start_time_without_any_change(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(4)))
+    later = new_session(resources=cpu(1), at=T0)
+    later.spec.starts_at = T0 + 100
+    enqueue(store, later)
+    assert one_pass(store, T0 + 10).placements == []
+    assert one_pass(store, T0 + 50).skipped
+    assert [p.session_id for p in one_pass(store, T0 + 100).placements] == [later.id]

@@ -578,6 +578,59 @@ def test_put_agent_recomputes_occupied_from_its_kernels(store: Store) -> None:
     assert agents_by_id(store)["a2"].occupied == cpu(2, "2g")
 
 
+def changes(store: Store) -> int:
+    with store.read() as tx:
+        return tx.change_count()
+
+
+def test_the_change_counter_moves_only_with_what_can_make_room_or_add_work(
+    store: Store,
+) -> None:
+    put_agents(store, Agent("a1", cpu(4)))
+    session = new_session(resources=cpu(1))
+    start = changes(store)
+    add(store, session)  # work added
+    assert changes(store) == start + 1
+
+    put_agents(store, Agent("a1", cpu(4)))  # a heartbeat that changes nothing
+    with store.edit(session.id) as editing:  # a note, no status
+        editing.meta = {"jupyter_kernel": "k1"}
+        editing.status_data = {"scheduler": {"retries": 1}}
+    with store.write() as tx:
+        tx.set_owner_groups("alice", [], T0)  # no groups, as before
+    assert changes(store) == start + 1
+
+    with store.edit(session.id) as editing:  # room taken
+        schedule_on(editing, "a1", T0 + 1)
+    assert changes(store) == start + 2
+    put_agents(store, Agent("a1", cpu(4), schedulable=False))  # room gone
+    assert changes(store) == start + 3
+    with store.write() as tx:
+        tx.set_owner_groups("alice", ["physics"], T0)  # group fair share moves
+    assert changes(store) == start + 4
+
+
+def test_many_sessions_saved_at_once_adjust_each_agent_once(store: Store) -> None:
+    put_agents(store, Agent("a1", cpu(8, "8g")), Agent("a2", cpu(8, "8g")))
+    sessions = [new_session(resources=cpu(1, "1g"), size=2) for _ in range(3)]
+    add(store, *sessions)
+    with store.write() as tx:
+        loaded = [tx.get_session(s.id) for s in sessions]
+        pairs = []
+        for session, agent_id in zip(loaded, ("a1", "a1", "a2")):
+            assert session is not None
+            before = copy.deepcopy(session)
+            schedule_on(session, agent_id, T0 + 1)
+            pairs.append((session, before))
+        tx.save_sessions(pairs)
+    assert agents_by_id(store)["a1"].occupied == cpu(4, "4g")
+    assert agents_by_id(store)["a2"].occupied == cpu(2, "2g")
+    for session in sessions:
+        saved = get(store, session.id)
+        assert saved.status is Status.SCHEDULED
+        assert [h.status for h in saved.status_history] == [Status.PENDING, Status.SCHEDULED]
+
+
 # --- templates ------------------------------------------------------------------------------
 
 

@@ -163,6 +163,11 @@ class Policies:
         self.default, self.groups, self.users = default, groups, users
         self.default_max_pending = default_max_pending
 
+    def key(self) -> str:
+        """The loaded policies as text: an idle scheduling pass is skipped only under the
+        same ones (another manager on the store may have loaded others)."""
+        return repr((self.default, self.groups, self.users))
+
     def _section(self, section: Any, where: str) -> dict[str, dict[str, Any]]:
         if not isinstance(section, Mapping):
             raise ConfigError(f"{where}: must map names to entries, got {section!r}")

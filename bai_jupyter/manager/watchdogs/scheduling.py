@@ -134,6 +134,7 @@ class Scheduling:
                 group.selector,
                 time.time(),
                 self.policies.scheduler_policy,
+                self.policies.key(),
             )
             self.stats[name].record(time.perf_counter() - started, len(result.placements))
             # Placements and cancellations logged their events in the pass; why-pending
