@@ -538,6 +538,37 @@ async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines:
         assert not await mgr.core.agents["plain"].available()  # the engine wants a certificate
 
 
+async def test_bai_works_in_main1_on_an_engine_reached_over_tcp(
+    tmp_path: Path, swarm_engines: Engines, kernel_image: str
+) -> None:
+    """That machine sees none of this host's files: the package travels into main1 with
+    the runtime, and %bai there reaches the server's kernel listener as its owner."""
+    loner = swarm_engines.outside[0]
+    tls, client = _tls_options(tmp_path, loner)
+    await asyncio.to_thread(loner.stop)
+    await asyncio.to_thread(loner.start, 60, tls)
+    await asyncio.to_thread(engines_harness.ensure_image, loner, kernel_image)
+    endpoint = f"tcp://{loner.address}:2376"
+    far = swarm_engines.agent(loner, SLOTS, id="far", endpoint=endpoint, tls_cert_path=client)
+    with serving(tmp_path / "server", f"c.BaiSessionManager.agents = {[far]!r}\n") as server:
+        api = server.client()
+        made = await api.create({"resources": SMALL})
+        session = await api.wait_for(made.id, {Status.RUNNING}, timeout=120)
+        assert session.status is Status.RUNNING, session.status_data
+        assert [k.agent_id for k in session.kernels] == ["far"]
+        code = (
+            "get_ipython().run_line_magic('load_ext', 'bai_jupyter')\n"
+            "get_ipython().run_line_magic('bai', 'status --text')\n"
+        )
+        reply = await api.execute(session.id, code)
+        console = list(reply["console"])
+        while reply["status"] == "continued":
+            reply = await api.execute(session.id, mode="continue", run_id=reply["run_id"])
+            console += reply["console"]
+        out = "".join(item[1] for item in console if item[0] == "stdout")
+        assert out.startswith(f"session {session.id} · interactive · RUNNING"), console
+
+
 @contextlib.asynccontextmanager
 async def _far_engine(
     tmp_path: Path, engines: Engines, kernel_image: str

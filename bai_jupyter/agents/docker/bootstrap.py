@@ -2,7 +2,8 @@
 
 Each container gets ``/home/config/bootstrap.json``: on a local engine a private
 host file bind-mounted read-only (removed with the session), on a remote one
-copied in by ``put_archive`` before start, with the runtime itself. The rest of
+copied in by ``put_archive`` before start, with the runtime itself and, for a main
+kernel, this package (``%bai``; :func:`package_archive`). The rest of
 ``/home/config`` stays writable (ipykernel rewrites its connection file there).
 """
 
@@ -21,7 +22,11 @@ from typing import Any
 
 from ...runtime.protocol import RUNTIME_MOUNT
 
-__all__ = ["bootstrap_archive", "precompile_runtime", "write_bootstrap"]
+__all__ = ["bootstrap_archive", "package_archive", "precompile_runtime", "write_bootstrap"]
+
+#: Parts of a package a kernel never imports: compiled caches (of this host's Python)
+#: and the JupyterLab extension's built files (the Jupyter server serves them).
+_NOT_COPIED = frozenset({"__pycache__", "labextension"})
 
 
 @functools.cache
@@ -70,6 +75,32 @@ def bootstrap_archive(bootstrap: dict[str, Any], runtime_dir: Path) -> bytes:
                 add_dir(tar, name, 0o555)
             else:
                 add_file(tar, name, path.read_bytes(), 0o444)
+    return buf.getvalue()
+
+
+@functools.cache
+def package_archive(packages: tuple[tuple[Path, str], ...]) -> bytes:
+    """``packages`` (each directory with the path it goes to), read-only, for a remote
+    engine's main1, where ``%bai`` runs: made once, the same for every kernel."""
+    buf = io.BytesIO()
+    now = time.time()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for root, target in packages:
+            paths = [root, *sorted(root.rglob("*"))]
+            for path in paths:
+                relative = path.relative_to(root)
+                if _NOT_COPIED & set(relative.parts):
+                    continue
+                name = target.strip("/")
+                info = tarfile.TarInfo(name if path == root else f"{name}/{relative.as_posix()}")
+                info.mtime = now
+                if path.is_dir():
+                    info.type, info.mode = tarfile.DIRTYPE, 0o555
+                    tar.addfile(info)
+                else:
+                    data = path.read_bytes()
+                    info.size, info.mode = len(data), 0o444
+                    tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 

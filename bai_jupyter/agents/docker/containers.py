@@ -32,7 +32,7 @@ from ..base import (
     kernel_connection,
     kernel_packages,
 )
-from .bootstrap import bootstrap_archive, write_bootstrap
+from .bootstrap import bootstrap_archive, package_archive, write_bootstrap
 from .engine import BindMount, Engine, explain, gather_all
 from .kernel_ports import LABEL_PORT_BASE, PortBases
 from .limits import KEPT_CAPABILITIES, kernel_limits
@@ -70,6 +70,11 @@ def _service_ports(plan: KernelPlan) -> list[tuple[str, int]]:
             raise AgentError(f"bad service port {service}: {first}-{last} are the kernel's own")
         found.append((service.port_key, service.port))
     return found
+
+
+def _package_copies() -> tuple[tuple[Path, str], ...]:
+    """The packages a remote engine's main1 gets, each with where it goes."""
+    return tuple((d, f"{PACKAGE_ROOT}/{d.name}") for d in kernel_packages())
 
 
 def _check_sources(paths: list[Path]) -> None:
@@ -165,8 +170,9 @@ class KernelContainers:
         command = ["python3", "-I", RUNTIME_MOUNT]
         if plan.work_dir:  # the notebook's folder, under its mount
             command += ["--work-dir", plan.work_dir]
-        if settings.local:
+        if settings.local or plan.role is KernelRole.MAIN:
             command += ["--python-path", PACKAGE_ROOT]
+        if settings.local:
             await asyncio.to_thread(_check_sources, [Path(m.source) for m in plan.mounts])
             mounts.append(
                 BindMount(RUNTIME_MOUNT, str(settings.runtime_dir), type="bind", read_only=True)
@@ -246,13 +252,17 @@ class KernelContainers:
             )
         if not settings.local:  # a remote engine cannot see our files: copy them in
             archive = await asyncio.to_thread(bootstrap_archive, bootstrap, settings.runtime_dir)
-            await self.engine.call(
-                f"{what}: cannot write {plan.hostname}'s bootstrap",
-                api.put_archive,
-                cid,
-                "/",
-                archive,
-            )
+            archives = [archive]
+            if plan.role is KernelRole.MAIN:  # where %bai runs (a local engine binds it)
+                archives.append(await asyncio.to_thread(package_archive, _package_copies()))
+            for data in archives:
+                await self.engine.call(
+                    f"{what}: cannot write {plan.hostname}'s bootstrap",
+                    api.put_archive,
+                    cid,
+                    "/",
+                    data,
+                )
         return cid
 
     async def _disk_option(self, api: Any, image: str) -> str:
