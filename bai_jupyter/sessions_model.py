@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from .client import RemoteManager
-from .errors import NotFound
+from .errors import Forbidden, NotFound
 from .model import NOT_ENDED, STARTING, TERMINAL, ClusterMode, SessionType, Status
 from .request import SpecError, Template, merge, parse_spec, validate_partial
 from .resources import ResourceError, ResourceSlot
@@ -256,14 +256,25 @@ class LiveSessions:
         listing = [session_to_json(s) for s in await self.remote.list_sessions()]
         for i, session in enumerate(listing):
             if session["status"] not in _TERMINAL:
-                with contextlib.suppress(NotFound):
+                with contextlib.suppress(NotFound, Forbidden):  # Forbidden: as listed
                     listing[i] = await self.remote.get_json(session["id"])
         self.model.load(listing, await self.remote.queue())
 
+    async def _read(self, session_id: str) -> dict[str, Any] | None:
+        """A session in full; as the listing shows it where the caller may list it but not
+        read it alone (a kernel's token: its own session only); None when it is gone."""
+        try:
+            return await self.remote.get_json(session_id)
+        except NotFound:
+            return None  # gone meanwhile (another owner's, or removed)
+        except Forbidden:
+            listed = [s for s in await self.remote.list_sessions() if s.id == session_id]
+            return session_to_json(listed[0]) if listed else None
+
     async def _on_event(self, event: dict[str, Any]) -> None:
         self.model.apply_event(event)
-        with contextlib.suppress(NotFound):  # gone meanwhile (another owner's, or removed)
-            self.model.update(await self.remote.get_json(str(event["session_id"])))
+        if (session := await self._read(str(event["session_id"]))) is not None:
+            self.model.update(session)
         if self.model.pending:
             self.model.set_queue(await self.remote.queue())
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from harness.server import Server, serving
+from harness.server import Server, serving, stdout_of
 from test_magics import SMALL_SLOTS
 
 from bai_jupyter.client import RemoteManager
@@ -277,5 +278,55 @@ def test_live_model_shows_the_queue_position_and_why(server: Server) -> None:
         finally:
             feed.cancel()
             await asyncio.gather(feed, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+#: Run in main1, as ``%bai sessions`` does there: a live model fed with the kernel's token.
+_FOLLOW = """
+import time
+from bai_jupyter.loop_thread import LoopThread
+from bai_jupyter.client import find_manager
+from bai_jupyter.sessions_model import LiveSessions, SessionsModel
+model = SessionsModel()
+feed = LoopThread().submit(LiveSessions(find_manager(), model).run())
+"""
+#: Then: until the session made elsewhere is in the view with ``status`` (or 60 s).
+_SEEN = """
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not feed.done():
+    row = model.rows.get({sid!r})
+    if row is not None and row.status == {status!r}:
+        break
+    time.sleep(0.2)
+print(feed.exception() if feed.done() else model.rows[{sid!r}].status)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_kernels_live_view_follows_sessions_its_token_may_only_list(server: Server) -> None:
+    """%bai sessions in main1 runs with the kernel's token, which lists the owner's sessions
+    but reads only its own one by one: a session made elsewhere (the sidebar) comes into
+    its view, and the view goes on (before: "live updates stopped: a kernel token grants
+    only its own session")."""
+
+    async def scenario() -> None:
+        remote = server.client()
+        holder = await remote.create({"resources": SMALL_SLOTS})
+        try:
+            ready = await remote.wait_for(holder.id, {Status.RUNNING}, timeout=120)
+            assert ready.status is Status.RUNNING, ready.status_data
+            await stdout_of(server, holder.id, _FOLLOW)
+            other = await remote.create({"starts_at": time.time() + 86400})  # not the token's
+            seen = await stdout_of(server, holder.id, _SEEN.format(sid=other.id, status="PENDING"))
+            assert seen == ["PENDING"], seen
+            await remote.destroy(other.id)
+            ended = await stdout_of(
+                server, holder.id, _SEEN.format(sid=other.id, status="CANCELLED")
+            )
+            assert ended == ["CANCELLED"], ended
+        finally:
+            await remote.destroy(holder.id)
 
     asyncio.run(scenario())
