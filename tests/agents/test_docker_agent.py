@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from harness.server import RESOLVE_NAMES
 from traitlets import TraitError
 
 from bai_jupyter import kernel_plan, model
@@ -648,22 +649,6 @@ def test_real_runtime_ssh_and_jupyter(h: Harness, real_runtime: Path) -> None:
             client.stop_channels()
 
 
-#: Run in a kernel: how it resolves its own name, and each name given (``getent``).
-RESOLVE = """\
-import json, socket, subprocess, sys
-own = socket.gethostname()
-def run(*cmd):
-    return subprocess.run(cmd, capture_output=True, text=True).stdout
-print(json.dumps({
-    "own": own,
-    "gethostbyname": socket.gethostbyname(own),
-    "hostname -i": run("hostname", "-i").split(),
-    "getent": {n: [line.split()[0] for line in run("getent", "hosts", n).splitlines()]
-               for n in sys.argv[1:]},
-}))
-"""
-
-
 def test_every_kernel_resolves_every_name_to_its_session_network_address(
     h: Harness, real_runtime: Path
 ) -> None:
@@ -695,7 +680,7 @@ def test_every_kernel_resolves_every_name_to_its_session_network_address(
                 for n in names
             }
             for kernel in session.kernels:
-                result = h.run(h.real.exec(kernel.id, ["python3", "-c", RESOLVE, *names]))
+                result = h.run(h.real.exec(kernel.id, ["python3", "-c", RESOLVE_NAMES, *names]))
                 assert result.exit_code == 0, result.output
                 seen = json.loads(result.output)
                 expected = {

@@ -24,7 +24,7 @@ import pytest
 from conftest import started_manager
 from harness import engines as engines_harness
 from harness.engines import TEST_REPO, Engines, Node, Registry, ssh_login
-from harness.server import serving
+from harness.server import RESOLVE_NAMES, serving, stdout_of
 
 from bai_jupyter import kernelspecs
 from bai_jupyter.agents.base import AgentError
@@ -155,22 +155,6 @@ async def test_a_cluster_too_big_for_one_engine_runs_across_three(
         await _eventually(overlay_gone, "the overlay removed")
 
 
-#: Run in a kernel: how it resolves its own name, and each name given (``getent``).
-RESOLVE = """\
-import json, socket, subprocess, sys
-own = socket.gethostname()
-def run(*cmd):
-    return subprocess.run(cmd, capture_output=True, text=True).stdout
-print(json.dumps({
-    "own": own,
-    "gethostbyname": socket.gethostbyname(own),
-    "hostname -i": run("hostname", "-i").split(),
-    "getent": {n: [line.split()[0] for line in run("getent", "hosts", n).splitlines()]
-               for n in sys.argv[1:]},
-}))
-"""
-
-
 async def test_every_kernel_resolves_every_name_to_its_overlay_address_across_engines(
     tmp_path: Path, swarm_engines: Engines
 ) -> None:
@@ -195,7 +179,7 @@ async def test_every_kernel_resolves_every_name_to_its_overlay_address_across_en
                     for c in _containers(node, session.id)
                 }
                 for name in names:
-                    command = ["python3", "-c", RESOLVE, *names]
+                    command = ["python3", "-c", RESOLVE_NAMES, *names]
                     result = await mgr.exec(session.id, command, kernel=name)
                     assert result.exit_code == 0, result.output
                     expected = {
@@ -560,13 +544,8 @@ async def test_bai_works_in_main1_on_an_engine_reached_over_tcp(
             "get_ipython().run_line_magic('load_ext', 'bai_jupyter')\n"
             "get_ipython().run_line_magic('bai', 'status --text')\n"
         )
-        reply = await api.execute(session.id, code)
-        console = list(reply["console"])
-        while reply["status"] == "continued":
-            reply = await api.execute(session.id, mode="continue", run_id=reply["run_id"])
-            console += reply["console"]
-        out = "".join(item[1] for item in console if item[0] == "stdout")
-        assert out.startswith(f"session {session.id} · interactive · RUNNING"), console
+        out = await stdout_of(server, session.id, code)
+        assert out[0].startswith(f"session {session.id} · interactive · RUNNING"), out
 
 
 @contextlib.asynccontextmanager

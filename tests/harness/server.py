@@ -223,6 +223,22 @@ def _wait_ready(server: Server, timeout: float = 60, ready: bool = True) -> None
     raise RuntimeError(f"the server did not get ready in {timeout:g} s:\n{server.tail()}")
 
 
+#: Run in a kernel: how it resolves its own name, and each name given (``getent``).
+RESOLVE_NAMES = """\
+import json, socket, subprocess, sys
+own = socket.gethostname()
+def run(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True).stdout
+print(json.dumps({
+    "own": own,
+    "gethostbyname": socket.gethostbyname(own),
+    "hostname -i": run("hostname", "-i").split(),
+    "getent": {n: [line.split()[0] for line in run("getent", "hosts", n).splitlines()]
+               for n in sys.argv[1:]},
+}))
+"""
+
+
 async def stdout_of(server: Server, sid: str, code: str) -> list[str]:
     """``code`` run in main1's ipykernel through the execute API: its stdout lines (an
     error in the cell fails the test)."""
