@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import html
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -164,17 +165,43 @@ def _services_html(row: SessionRow) -> str:
 
 
 class SessionCard(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
-    """One session: its state, kernels and service-port links, and a terminate button."""
+    """One session: its state, kernels and service-port links, and a terminate button
+    that asks first (as the sidebar does), saying when the session holds this kernel."""
 
     def __init__(self, row: SessionRow, remote: RemoteManager, runner: Runner) -> None:
         self.remote, self.runner = remote, runner
         self.info = w.HTML()
         self.terminate = w.Button(description="Terminate", button_style="danger")
         self.message = w.HTML()
-        self.terminate.on_click(lambda _button: self.end())
-        super().__init__([self.info, w.HBox([self.terminate, self.message])])
+        self.confirm = w.Button(button_style="danger")
+        self.keep = w.Button(description="Keep it")
+        self.question = w.HBox([self.confirm, self.keep])
+        self.question.layout.display = "none"
+        self.terminate.on_click(lambda _button: self.ask())
+        self.confirm.on_click(lambda _button: self.end())
+        self.keep.on_click(lambda _button: self._answered())
+        super().__init__([self.info, w.HBox([self.terminate, self.message]), self.question])
         self.row = row
         self.update(row)
+
+    def ask(self) -> None:
+        """Ask before ending the session; nothing is done until the answer."""
+        cancel = self.row.phase == "queued"
+        what = "cancel" if cancel else "terminate"
+        text = f"{what.capitalize()} session {self.row.label}?"
+        if self.row.id == os.environ.get("BACKENDAI_SESSION_ID"):
+            text += " It runs this notebook's own kernel: its state is lost, and the kernel ends."
+        elif not cancel:
+            text += " Its kernels end, with what they hold in memory."
+        self.message.value = html.escape(text)
+        self.confirm.description = f"Yes, {what}"
+        self.terminate.disabled = True
+        self.question.layout.display = None
+
+    def _answered(self) -> None:
+        self.question.layout.display = "none"
+        self.message.value = ""
+        self.terminate.disabled = self.row.ended
 
     def update(self, row: SessionRow) -> None:
         self.row = row
@@ -186,11 +213,13 @@ class SessionCard(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
             f"{html.escape(state)}<br>kernels: {html.escape(kernels_summary(row.kernels))} · "
             f"{html.escape(row.resources)} each<br>services: {_services_html(row)}"
         )
-        self.terminate.disabled = row.ended
+        asking = self.question.layout.display != "none"
+        self.terminate.disabled = row.ended or asking
         self.terminate.description = "Cancel" if row.phase == "queued" else "Terminate"
 
     def end(self) -> concurrent.futures.Future[Any]:
-        """Cancel (pending) or terminate the session."""
+        """Cancel (pending) or terminate the session (the answer to :meth:`ask`)."""
+        self.question.layout.display = "none"
         self.terminate.disabled = True
         future = self.runner.submit(self.remote.destroy(self.row.id))
         future.add_done_callback(

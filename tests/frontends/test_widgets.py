@@ -13,11 +13,13 @@ from harness.server import Server, serving, stdout_of
 from test_magics import SMALL_SLOTS
 
 from bai_jupyter.client import RemoteManager
+from bai_jupyter.errors import BaiError
 from bai_jupyter.loop_thread import LoopThread
 from bai_jupyter.model import Status, pending_reason
 from bai_jupyter.request import Template
 from bai_jupyter.sessions_model import (
     LiveSessions,
+    SessionRow,
     SessionsModel,
     build_request,
     check_request,
@@ -25,7 +27,7 @@ from bai_jupyter.sessions_model import (
     queue_positions,
     why_pending,
 )
-from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionsView, live_view
+from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionCard, SessionsView, live_view
 
 
 def session_json(sid: str, status: str = "PENDING", **extra: Any) -> dict[str, Any]:
@@ -162,6 +164,45 @@ def test_launcher_validates_as_you_type() -> None:
     assert "startup_command: required" in launcher.message.value
     launcher.startup_command.value = "python train.py"
     assert not launcher.create.disabled
+
+
+class _Ends:
+    """What a card asks of its manager: only ``destroy``, recorded."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+
+    async def destroy(self, key: str) -> Any:
+        self.ended.append(key)
+        raise BaiError("recorded")
+
+
+def test_terminate_asks_first_and_says_when_it_is_this_notebooks_own_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The big red button under %bai status ended the notebook's own session at once."""
+    runner = LoopThread()
+    remote = _Ends()
+    own = SessionRow.from_json(session_json("a" * 32, "RUNNING"))
+    monkeypatch.setenv("BACKENDAI_SESSION_ID", own.id)
+    card = SessionCard(own, remote, runner)  # type: ignore[arg-type]
+    card.terminate.click()
+    assert remote.ended == [] and card.question.layout.display != "none"
+    assert "own kernel: its state is lost" in card.message.value
+    assert card.confirm.description == "Yes, terminate" and card.terminate.disabled
+    card.keep.click()  # changed their mind: nothing happens
+    assert remote.ended == [] and card.question.layout.display == "none"
+    assert not card.terminate.disabled and card.message.value == ""
+    card.terminate.click()
+    card.confirm.click()
+    deadline = time.monotonic() + 10
+    while not remote.ended and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert remote.ended == [own.id]
+    other = SessionCard(SessionRow.from_json(session_json("b" * 32)), remote, runner)  # type: ignore[arg-type]
+    other.terminate.click()
+    assert other.confirm.description == "Yes, cancel"  # a pending one is cancelled
+    assert "own kernel" not in other.message.value
 
 
 # --- live, against a real server ----------------------------------------------------------------
