@@ -53,5 +53,14 @@ def test_bai_status_renders_the_session_widget_in_a_bai_kernel(lab: Server, brow
         button = output.locator("button.widget-button", has_text="Terminate")
         button.wait_for(state="visible")
         assert "Loading widget" not in output.inner_text()
+        # Terminate asks first, saying the session is this notebook's own kernel.
+        button.click()
+        yes = output.locator("button.widget-button", has_text="Yes, terminate")
+        yes.wait_for(state="visible", timeout=30_000)
+        assert "own kernel: its state is lost" in output.inner_text()
+        page.screenshot(path=str(SCREENSHOT.with_name("widgets-terminate-asks.png")))
+        output.locator("button.widget-button", has_text="Keep it").click()
+        yes.wait_for(state="hidden", timeout=30_000)
+        assert "RUNNING" in card.inner_text()
     finally:  # also on failure: what the user saw
         page.screenshot(path=str(SCREENSHOT))
