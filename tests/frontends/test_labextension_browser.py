@@ -36,6 +36,11 @@ from harness.server import TOKEN, Server, end_all
 
 from bai_jupyter.cli.app import main as cli_main
 from bai_jupyter.kernel_plan import LABEL_SESSION
+from bai_jupyter.model import Session, SessionSpec, Status
+from bai_jupyter.resources import ResourceSlot
+from bai_jupyter.runtime.protocol import DEFAULT_IMAGE
+from bai_jupyter.scheduler.queue import enqueue
+from bai_jupyter.store import Store
 
 #: Runs the active cell and, being the last, opens a new one below it for typing.
 RUN_AND_INSERT = "() => { window.jupyterapp.commands.execute('notebook:run-cell-and-select-next') }"
@@ -394,6 +399,34 @@ def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, 
     wait_status(page, "big", "TERMINATED")
     wait_status(page, "later", "RUNNING")
     assert page.locator('ol[aria-label="Queue of resource group default"]').count() == 0
+
+
+def test_a_session_another_process_makes_on_the_store_appears_without_a_refresh(
+    lab: Server, page: Any
+) -> None:
+    """A `jupyter console` kernel's embedded manager (here: this test process, writing to
+    the lab's store as that manager does) makes a session: the sidebar shows it and its
+    end, live, with no click on refresh (the events come from the store)."""
+    later = time.time() + 86400
+    owner = api(lab, "POST", "sessions", {"name": "mine", "starts_at": later})["owner"]
+    store = Store(f"sqlite:///{lab.log.parent / 'store.sqlite'}")
+    spec = SessionSpec(
+        image=DEFAULT_IMAGE,
+        name="from-console",
+        starts_at=later,
+        resources=ResourceSlot({"cpu": "0.5", "mem": "256m"}),
+    )
+    made = Session.create(spec, owner, time.time())
+    try:
+        enqueue(store, made)
+        wait_status(page, "from-console", "PENDING")
+        with store.edit(made.id) as session:  # that process cancels it: the card says so
+            for kernel in session.kernels:
+                kernel.set_status(Status.CANCELLED, "user-requested")
+            session.set_status(Status.CANCELLED, time.time(), "user-requested")
+        wait_status(page, "from-console", "CANCELLED")
+    finally:
+        store.close()
 
 
 def test_a_service_port_link_opens_the_service(lab: Server, page: Any) -> None:
