@@ -353,8 +353,11 @@ def test_exec_errors_and_capacity(root: Path) -> None:
 
 
 def test_exec_and_logs_keep_only_the_last_bytes_and_lines(root: Path) -> None:
+    # The marks wait for the test's go: the runtime's own "batch command started" line
+    # is in the log first, and the log's last lines are the marks (not a race of the two).
     session, plans = make_plans(
-        SessionType.BATCH, startup_command="seq -f 'mark-%g' 1 3000; sleep 30"
+        SessionType.BATCH,
+        startup_command="until [ -e go ]; do sleep 0.05; done; seq -f 'mark-%g' 1 3000; sleep 30",
     )
     long_output = "seq -w 1 20000 | sed 's/^/line /'; echo the-end >&2"
     long_bytes = 20_000 * len("line 00001\n") + len("the-end\n")
@@ -368,10 +371,15 @@ def test_exec_and_logs_keep_only_the_last_bytes_and_lines(root: Path) -> None:
         assert len(result.output) == 1000 and result.output.endswith("line 20000\nthe-end\n")
         assert result.truncated and result.dropped == long_bytes - 1000
 
+        async def launched() -> bool:
+            return "batch command started" in await agent.logs(kid)
+
         async def printed() -> bool:
             return "mark-3000" in await agent.logs(kid)
 
-        await until("the batch command printed", printed, 10, 0.05)
+        await until("the runtime started the batch command", launched, 30, 0.05)
+        assert (await agent.exec(kid, ["touch", "go"])).exit_code == 0
+        await until("the batch command printed", printed, 30, 0.05)
         assert await agent.logs(kid, tail=2) == "mark-2999\nmark-3000\n"
         cut = await agent.logs(kid, limit=100)
         assert cut.startswith(DROPPED_MARK) and cut.endswith("mark-3000\n")

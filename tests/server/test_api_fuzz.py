@@ -62,6 +62,7 @@ def test_no_input_gets_a_server_error(
     fuzz_schema: Any, fuzz_server: Server, method: str, path: str, mode: GenerationMode
 ) -> None:
     operation = fuzz_schema[path][method]
+    documented = openapi()["paths"][path][method.lower()]["responses"]
     headers = {"Authorization": f"token {fuzz_server.token}"}
     base_url = fuzz_server.url + "bai/api/v1"
 
@@ -75,7 +76,12 @@ def test_no_input_gets_a_server_error(
     def check(case: Any) -> None:
         response = case.call(base_url=base_url, headers=headers, timeout=30)
         seen.append(response.status_code)
-        assert response.status_code < 500, (
+        # A documented 503 says a state, not a fault: the session the key names has not
+        # started (nothing starts here), retry later. Any other 5xx is a server error.
+        transient = response.status_code == 503 and "503" in documented
+        if transient:
+            assert response.json()["error"] == "unavailable", response.text
+        assert response.status_code < 500 or transient, (
             f"{case.method} {case.formatted_path} → {response.status_code}: {response.text[:300]}"
         )
         if response.status_code >= 400:
