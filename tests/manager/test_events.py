@@ -78,3 +78,23 @@ async def test_events_resumed_after_a_seq_come_from_the_store_then_go_on_live(
         stale = manager.events(10**15)
         assert (await asyncio.wait_for(stale.__anext__(), 10))["type"] == "reset"
         await stale.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_queue_that_does_not_change_logs_no_more_events(tmp_path: Path) -> None:
+    """Passes over an unchanged queue are skipped; they only count their tries, which is
+    nothing for an event stream to tell (each pass used to log every waiting session)."""
+    manager = make_manager(tmp_path, "local", pass_interval=0.1)
+    async with started_manager(manager):
+        made = await manager.create(LATER, "alice")
+        store = manager.core.require_store()
+
+        def logged() -> int:
+            with store.read() as tx:
+                return sum(e["session_id"] == made.id for _, e in tx.events_after(0, 10_000))
+
+        await asyncio.sleep(1.0)  # the first pass writes why it waits, and tells it
+        told = await asyncio.to_thread(logged)
+        await asyncio.sleep(2.0)  # some twenty passes more, skipped
+        assert await asyncio.to_thread(logged) == told
+        tried = (await manager.get(made.id)).status_data["scheduler"]["retries"]
+        assert tried >= 5  # they did count their tries

@@ -138,9 +138,10 @@ class Scheduling:
             )
             self.stats[name].record(time.perf_counter() - started, len(result.placements))
             # Placements and cancellations logged their events in the pass; why-pending
-            # records are told too, up to a number (a queue of thousands would flood).
+            # records are told too, up to a number (a queue of thousands would flood),
+            # but not by a skipped pass: it only counted the tries of unchanged records.
             failed = list(result.failures)
-            if failed and len(failed) <= _ANNOUNCED_FAILURES:
+            if failed and not result.skipped and len(failed) <= _ANNOUNCED_FAILURES:
                 await core.db(partial(_log_why_pending, session_ids=failed))
             core.hub.poke()
             for placement in result.placements:
