@@ -251,19 +251,22 @@ class ApiHost(LoggingConfigurable):
         """Remove an ended session's attach kernelspec, remembering what a launch on it (a
         launcher card not yet dropped) is answered."""
         session_id = event["session_id"]
+        name = attach_name(session_id)
+        why = event.get("status_info") or event["status"]
+        # Said first: a launch while the file goes is told why (the provisioner says the
+        # same while the file is there), never Jupyter's "kernel is not available".
+        self.ended_attach[name] = ended_text(event.get("name") or session_id, why)
         try:
             removed = await asyncio.to_thread(remove_attach, session_id)
         except Exception as exc:  # a data dir that cannot be read must not stop the follower
             self.log.warning(
                 "bai-jupyter: kernelspec of session %s not removed: %s", session_id, exc
             )
+            removed = False
+        if not removed:
+            self.ended_attach.pop(name, None)  # none was there: nothing to explain
             return
-        if removed:
-            why = event.get("status_info") or event["status"]
-            self.ended_attach[attach_name(session_id)] = ended_text(
-                event.get("name") or session_id, why
-            )
-            self.log.info("bai-jupyter: session %s ended; its kernelspec is removed", session_id)
+        self.log.info("bai-jupyter: session %s ended; its kernelspec is removed", session_id)
 
     def stop_steps(self) -> list[Step]:
         """Ending streams and clients, then the manager this host owns."""
