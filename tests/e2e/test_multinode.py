@@ -522,18 +522,27 @@ async def test_an_agent_reached_over_tcp_with_tls(tmp_path: Path, swarm_engines:
         assert not await mgr.core.agents["plain"].available()  # the engine wants a certificate
 
 
-async def test_bai_works_in_main1_on_an_engine_reached_over_tcp(
-    tmp_path: Path, swarm_engines: Engines, kernel_image: str
-) -> None:
-    """That machine sees none of this host's files: the package travels into main1 with
-    the runtime, and %bai there reaches the server's kernel listener as its owner."""
-    loner = swarm_engines.outside[0]
+async def _over_tls(
+    tmp_path: Path, engines: Engines, kernel_image: str
+) -> tuple[Node, str, dict[str, Any]]:
+    """The engine outside the Swarm restarted to serve TCP with TLS, with the kernel image:
+    the node, its dockerd TLS options, and its agent entry ``far``."""
+    loner = engines.outside[0]
     tls, client = _tls_options(tmp_path, loner)
     await asyncio.to_thread(loner.stop)
     await asyncio.to_thread(loner.start, 60, tls)
     await asyncio.to_thread(engines_harness.ensure_image, loner, kernel_image)
     endpoint = f"tcp://{loner.address}:2376"
-    far = swarm_engines.agent(loner, SLOTS, id="far", endpoint=endpoint, tls_cert_path=client)
+    far = engines.agent(loner, SLOTS, id="far", endpoint=endpoint, tls_cert_path=client)
+    return loner, tls, far
+
+
+async def test_bai_works_in_main1_on_an_engine_reached_over_tcp(
+    tmp_path: Path, swarm_engines: Engines, kernel_image: str
+) -> None:
+    """That machine sees none of this host's files: the package travels into main1 with
+    the runtime, and %bai there reaches the server's kernel listener as its owner."""
+    _, _, far = await _over_tls(tmp_path, swarm_engines, kernel_image)
     with serving(tmp_path / "server", f"c.BaiSessionManager.agents = {[far]!r}\n") as server:
         api = server.client()
         made = await api.create({"resources": SMALL})
@@ -556,13 +565,7 @@ async def _far_engine(
     machine of its own, its death unseen by the manager's sockets), lost after 3 s of
     silence, beside ``near`` in a group of its own; the manager, the node and the dockerd
     options that serve TLS."""
-    loner = engines.outside[0]
-    tls, client = _tls_options(tmp_path, loner)
-    await asyncio.to_thread(loner.stop)
-    await asyncio.to_thread(loner.start, 60, tls)
-    await asyncio.to_thread(engines_harness.ensure_image, loner, kernel_image)
-    endpoint = f"tcp://{loner.address}:2376"
-    far = engines.agent(loner, SLOTS, id="far", endpoint=endpoint, tls_cert_path=client)
+    loner, tls, far = await _over_tls(tmp_path, engines, kernel_image)
     # In a group of its own: the image is known (on it) while far does not answer.
     near = engines.agent(engines.nodes[0], SLOTS, id="near", resource_group="near")
     lost_fast = {"agent_lost_timeout": 3.0, "agent_check_interval": 0.3}

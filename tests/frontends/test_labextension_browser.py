@@ -31,7 +31,7 @@ import pytest
 from conftest import CHROMIUM, CHROMIUM_ARGS, skip_or_fail
 from harness.endpoints import endpoint_request
 from harness.lab import start_lab
-from harness.notebooks import put_notebook
+from harness.notebooks import put_file, put_notebook
 from harness.server import TOKEN, Server, end_all
 
 from bai_jupyter.cli.app import main as cli_main
@@ -850,19 +850,6 @@ CLOSE_ALL = """async () => {
     await window.jupyterapp.commands.execute('docmanager:save-all');
     await window.jupyterapp.commands.execute('application:close-all');
 }"""
-
-
-def put_file(server: Server, path: str, text: str) -> None:
-    """A text file in the file browser's root, through the contents API."""
-    body = json.dumps({"type": "file", "format": "text", "content": text}).encode()
-    request = urllib.request.Request(
-        f"{server.url}api/contents/{path}",
-        data=body,
-        method="PUT",
-        headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        assert reply.status in (200, 201)
 
 
 def run_in_notebook(page: Any, code: str) -> None:

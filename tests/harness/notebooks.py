@@ -30,10 +30,19 @@ def put_notebook(server: Server, name: str, source: str, kernelspec: str = "bai-
             }
         ],
     }
-    body = json.dumps({"type": "notebook", "format": "json", "content": notebook}).encode()
+    put_contents(server, name, {"type": "notebook", "format": "json", "content": notebook})
+
+
+def put_file(server: Server, path: str, text: str) -> None:
+    """A text file in the file browser's root."""
+    put_contents(server, path, {"type": "file", "format": "text", "content": text})
+
+
+def put_contents(server: Server, path: str, model: dict[str, Any]) -> None:
+    """``model`` written at ``path`` through Jupyter's contents API."""
     request = urllib.request.Request(
-        f"{server.url}api/contents/{name}",
-        data=body,
+        f"{server.url}api/contents/{path}",
+        data=json.dumps(model).encode(),
         method="PUT",
         headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
     )
