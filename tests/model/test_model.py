@@ -60,6 +60,8 @@ LEGAL: set[tuple[Status, Status]] = {
     # an errored session is still cleaned up
     (S.ERROR, S.TERMINATING),
     (S.ERROR, S.TERMINATED),
+    # a start the store's previous leader left half-way is started again
+    *((start, S.SCHEDULED) for start in STARTING[1:]),
 }
 ALL_PAIRS = list(itertools.product(Status, Status))
 
