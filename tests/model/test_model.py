@@ -110,7 +110,7 @@ def test_every_other_transition_raises(old: Status, new: Status) -> None:
 
 def test_pair_enumeration_is_complete() -> None:
     assert len(ALL_PAIRS) == len(Status) ** 2 == 144
-    assert len(LEGAL) == 34
+    assert len(LEGAL) == 38
 
 
 def test_terminal_and_occupying_states() -> None:
