@@ -391,7 +391,4 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         queues = await self.scheduling.queues()
         settings = {name: dict(conf) for name, conf in dict(self.resource_groups).items()}
         passes = {name: stats.to_json() for name, stats in self.scheduling.stats.items()}
-        return {
-            **queue_view(queues, settings, owner, admin, passes),
-            **await self.leadership.view(),
-        }
+        return queue_view(queues, settings, owner, admin, passes)

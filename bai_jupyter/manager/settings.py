@@ -8,6 +8,7 @@ its own: the manager's config section stays ``BaiSessionManager`` alone.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from typing import Any
 
@@ -211,7 +212,7 @@ class ManagerSettings(HasTraits):
         config=True,
         help="This manager process's name among the processes on its store (the replicas "
         "of a manager service, a Jupyter server, a console's embedded manager): who holds "
-        "the leader's lease, in the logs and the scheduler view. Default: host:pid.",
+        "the leader's lease, in the logs and the scheduler view. Default: host:pid:random.",
     )
     lease_ttl = Float(
         3.0,
@@ -249,7 +250,8 @@ class ManagerSettings(HasTraits):
 
     @default("replica_name")
     def _default_replica_name(self) -> str:
-        return f"{socket.gethostname()}:{os.getpid()}"
+        # Unique per manager, even two in one process (a test's, a server's and a tool's).
+        return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
     @validate("allowed_host_paths")
     def _valid_host_paths(self, proposal: Any) -> list[str]:
