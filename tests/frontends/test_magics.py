@@ -274,6 +274,25 @@ def test_text_helpers() -> None:
     assert progress_line(row).endswith("✓ running → ✓ result: SUCCESS (exit code 0)")
 
 
+def test_the_progress_line_shows_each_agents_image_copy_then_its_load() -> None:
+    agents = {
+        "node2": {"from": "node1", "phase": "copying", "done": 43, "total": 100, "progress": 0.43},
+        "node3": {"from": "node1", "phase": "loading", "done": 99, "total": 100, "progress": 0.999},
+    }
+    row = SessionRow.from_json(
+        {
+            "id": "0123456789abcdef",
+            "status": "PULLING",
+            "spec": {"type": "batch"},
+            "status_data": {"pulling": {"image": "team/train:3", "agents": agents}},
+        }
+    )
+    assert progress_line(row) == (
+        "session 01234567: ✓ queued → ▶ starting (PULLING: image team/train:3: node2: copying"
+        " from node1 43%, node3: loading into the engine) → · running → · result"
+    )
+
+
 # --- against the server -------------------------------------------------------------------------
 
 
