@@ -98,10 +98,17 @@ class SessionsAPI(Protocol):
         next heartbeat is due."""
         ...
 
-    def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
+    def events(
+        self, since: int | None = None, usage: bool = False
+    ) -> AsyncIterator[dict[str, Any]]:
         """Changes of the sessions the caller may see, as they happen, each with its
         ``seq``; ``since``: first those after that ``seq`` (or a ``reset`` event where they
-        are no longer kept)."""
+        are no longer kept); ``usage``: and their ``usage`` events (no ``seq``)."""
+        ...
+
+    async def usage(self, key: str) -> dict[str, Any]:
+        """A running session's usage per kernel (CPU, memory, network), as its ``usage``
+        event says it."""
         ...
 
     # --- templates ----------------------------------------------------------------------------

@@ -1,11 +1,9 @@
 """The REST API over HTTP as a :class:`~bai_jupyter.api.SessionsAPI`.
 
-Front ends that run outside the process which owns the manager (a kernel
-provisioner under JupyterHub, ``%bai`` in a kernel, scripts) use
-:class:`RemoteManager` exactly as they would the manager in their own process;
-the server decides the owner from the token. Errors come back as the same
-:mod:`bai_jupyter.errors` classes. Everything is non-blocking (tornado's
-``AsyncHTTPClient``).
+Front ends outside the process which owns the manager (a kernel provisioner under
+JupyterHub, ``%bai`` in a kernel, scripts) use :class:`RemoteManager` as they would the
+manager in their own process; the server decides the owner from the token. Errors come
+back as :mod:`bai_jupyter.errors` classes; nothing blocks (tornado's ``AsyncHTTPClient``).
 """
 
 from __future__ import annotations
@@ -266,13 +264,17 @@ class RemoteManager:
         reply: dict[str, Any] = await self._call("POST", _path("sessions", key, "execute"), body)
         return reply
 
-    async def events(self, since: int | None = None) -> AsyncGenerator[dict[str, Any], None]:
-        """Changes of the caller's sessions as they happen (Server-Sent Events); ``since``:
-        first those after that ``seq`` (resume where a cut stream left off).
+    async def usage(self, key: str) -> dict[str, Any]:
+        """A running session's usage per kernel (one read takes a second when not fresh)."""
+        return dict(await self._call("GET", _path("sessions", key, "usage")))
 
-        A cut stream, or a frame that is not JSON, raises Unavailable.
-        """
-        stream = EventStream(self, since)
+    async def events(
+        self, since: int | None = None, usage: bool = False
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Changes of the caller's sessions as they happen (Server-Sent Events); ``since``:
+        first those after that ``seq`` (resume where a cut stream left off); ``usage``: and
+        usage events. A cut stream, or a frame that is not JSON, raises Unavailable."""
+        stream = EventStream(self, since, usage)
         try:
             while (event := await stream.next()) is not None:
                 yield event

@@ -59,11 +59,12 @@ class EventStream:
     HTTP client offers no way to abort a request it has under way.
     """
 
-    def __init__(self, remote: Remote, since: int | None = None) -> None:
+    def __init__(self, remote: Remote, since: int | None = None, usage: bool = False) -> None:
         self._queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         self._stream: IOStream | None = None
         self._closing = False
         self._since = since
+        self._usage = usage
         self._task = asyncio.ensure_future(self._pump(remote))
 
     def _feed(self, buffer: bytes) -> bytes:
@@ -81,7 +82,9 @@ class EventStream:
         return buffer
 
     async def _connect(self, remote: Remote) -> IOStream:
-        url = urlsplit(remote.api_url("events", {"since": self._since}))
+        url = urlsplit(
+            remote.api_url("events", {"since": self._since, "usage": "1" if self._usage else None})
+        )
         secure = url.scheme == "https"
         port = url.port or (443 if secure else 80)
         stream = await asyncio.wait_for(

@@ -35,6 +35,7 @@ from ..runtime.protocol import (
 )
 from .capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT
 from .traits import HostPath, OptionalSlots, Slots
+from .usage import KernelReading
 
 #: This package, mounted read-only into kernels that can see this host's files.
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -343,6 +344,11 @@ class AgentBackend(LoggingConfigurable, metaclass=_AgentMeta):
         """CPU time the session's kernels here have used so far, in seconds (for the
         utilization rule); ``None`` where this backend cannot tell."""
         return None
+
+    async def usage(self, kernels: Mapping[str, str | None]) -> list[KernelReading]:
+        """The counters of these running kernels (kernel id → container id, if any) read
+        now, one reading per kernel it can read; none where this backend cannot tell."""
+        return []
 
     # --- events and closing --------------------------------------------------------------------
 

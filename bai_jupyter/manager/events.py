@@ -49,6 +49,8 @@ class EventHub:
 
     def __init__(self) -> None:
         self._subscribers: set[asyncio.Queue[dict[str, Any]]] = set()
+        #: Those of them that also get usage events.
+        self._usage: set[asyncio.Queue[dict[str, Any]]] = set()
         self._poke = asyncio.Event()
         self._log: EventLog | None = None
         self._closing = False
@@ -110,20 +112,38 @@ class EventHub:
         for queue in list(self._subscribers):
             put_dropping_oldest(queue, event)
 
+    @property
+    def usage_followers(self) -> int:
+        """Subscribers that asked for usage events (the usage watch reads while any do)."""
+        return len(self._usage)
+
+    def tell(self, event: dict[str, Any]) -> None:
+        """Give an event that is not logged (``usage``: no ``seq``, never replayed) to the
+        subscribers that asked for usage."""
+        for queue in list(self._usage):
+            put_dropping_oldest(queue, event)
+
     @contextlib.contextmanager
-    def subscription(self) -> Iterator[asyncio.Queue[dict[str, Any]]]:
-        """A queue that gets every event delivered while the ``with`` block runs."""
+    def subscription(self, usage: bool = False) -> Iterator[asyncio.Queue[dict[str, Any]]]:
+        """A queue that gets every event delivered while the ``with`` block runs
+        (``usage``: and every usage event told meanwhile)."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_QUEUE_SIZE)
         self._subscribers.add(queue)
+        if usage:
+            self._usage.add(queue)
         try:
             yield queue
         finally:
             self._subscribers.discard(queue)
+            self._usage.discard(queue)
 
-    async def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def events(
+        self, since: int | None = None, usage: bool = False
+    ) -> AsyncIterator[dict[str, Any]]:
         """Events as they happen (until the caller stops iterating); ``since``: first every
-        logged event after that ``seq``, or a ``reset`` event when the log lacks some."""
-        with self.subscription() as queue:
+        logged event after that ``seq``, or a ``reset`` event when the log lacks some;
+        ``usage``: usage events too."""
+        with self.subscription(usage) as queue:
             last = 0
             if since is not None and self._log is not None:
                 first, newest = await self._log.bounds()
@@ -141,5 +161,5 @@ class EventHub:
                             break
             while True:
                 event = await queue.get()
-                if event["seq"] > last:  # not already replayed
+                if event.get("seq", last + 1) > last:  # not already replayed (or not logged)
                     yield event

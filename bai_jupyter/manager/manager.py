@@ -44,6 +44,7 @@ from .requests.templates import Templates
 from .requests.tokens import KernelTokens
 from .requests.views import agents_view, queue_view
 from .settings import ManagerSettings
+from .usage import UsageWatch
 from .watchdogs.activity import Activity
 from .watchdogs.hangs import HangWatch, hang_limits
 from .watchdogs.idle import IdleWatch
@@ -102,6 +103,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.replicas = ReplicaKeeper(self.core, self.launcher, self.lifecycle, parent=self)
         self.endpoints = Endpoints(self.core, self.replicas, self.launcher)
         self.leadership = Leadership(self.core, self, self._lead)
+        self.usage = UsageWatch(self.core, self)  # in every process: its own streams' charts
         #: Host listeners (address, port) kernels may reach (see allow_host_ports).
         self._host_ports: list[tuple[str, int]] = []
         self._started = False
@@ -370,10 +372,14 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.servers.alive(owner, server)
         return self.servers.every()
 
-    def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
-        """Session changes as they happen, made by any process on the store (until the
-        caller stops iterating); ``since``: first those logged after that ``seq``."""
-        return self.core.hub.events(since)
+    def events(
+        self, since: int | None = None, usage: bool = False
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Session changes made by any process on the store (``since``: first those after
+        that ``seq``); ``usage``: and running sessions' usage, read while it is asked."""
+        if usage:
+            self.usage.wake()
+        return self.core.hub.events(since, usage)
 
     # --- views of the agents and the queue ----------------------------------------------------
 

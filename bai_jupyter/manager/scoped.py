@@ -22,8 +22,8 @@ from collections.abc import (
 )
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import Forbidden, InvalidRequest, NotFound
-from ..model import ExecResult, Session, SessionType, Status, reason_problem
+from ..errors import Conflict, Forbidden, InvalidRequest, NotFound
+from ..model import ACTIVE, ExecResult, Session, SessionType, Status, reason_problem
 from ..request import SpecError, Template
 from .owners import exempt
 
@@ -197,16 +197,27 @@ class ScopedManager:
 
         return await self._run(call())
 
-    async def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def usage(self, key: str) -> dict[str, Any]:
+        async def call() -> dict[str, Any]:
+            session = await self._resolve(key)
+            if session.status not in ACTIVE:
+                raise Conflict(f"session {session.id} is {session.status.value}: no usage to read")
+            return await self.manager.usage.now(session)
+
+        return await self._run(call())
+
+    async def events(
+        self, since: int | None = None, usage: bool = False
+    ) -> AsyncIterator[dict[str, Any]]:
         admin = await self.is_admin("read")
-        source = self.manager.events(since)
+        source = self.manager.events(since, usage)
         if self.thread is not None:
             source = _across(source, self.thread)
         async for event in source:
             # The manager's own sessions (a warm pool's) are nobody's: everyone sees them.
             owner = event.get("owner")
             if (
-                event["type"] != "session"  # about the stream itself (a reset)
+                event["type"] not in {"session", "usage"}  # about the stream itself (a reset)
                 or admin
                 or owner == self.owner
                 or (isinstance(owner, str) and exempt(owner))

@@ -230,6 +230,15 @@ class ManagerSettings(HasTraits):
         help="Seconds between writes of this process's notes (Jupyter servers' heartbeats, "
         "sessions' use) to the store, where the leader's watchdogs read them.",
     )
+    usage_interval = Float(
+        2.0,
+        min=0.0,
+        config=True,
+        help="Seconds between readings of running sessions' usage (CPU, memory, network "
+        "per kernel, from the agents' stats), sent as `usage` events to the event streams "
+        "that ask for them (`?usage=1`: the JupyterLab extension's charts) while any is "
+        "open in this process. 0: no usage events (GET …/usage still reads on demand).",
+    )
     agent_check_interval = Float(
         2.0, config=True, help="Seconds between checks that every agent answers."
     )

@@ -21,7 +21,7 @@ from ..broadcast import put_dropping_oldest
 from ..errors import BaiError, InvalidRequest
 from .base import BaiHandler
 
-__all__ = ["EventsHandler", "end_stream"]
+__all__ = ["EventsHandler", "UsageHandler", "end_stream"]
 
 
 def end_stream(queue: asyncio.Queue[Any]) -> None:
@@ -48,13 +48,20 @@ class EventsHandler(BaiHandler):
             raise InvalidRequest(f"since: must be an event's seq (a whole number), got {since!r}")
         return int(since)
 
-    async def _pump(self, since: int | None) -> None:
+    def _usage(self) -> bool:
+        """``?usage=1``: the caller's running sessions' usage events too."""
+        value = self.get_query_argument("usage", "0").lower()
+        if value not in {"0", "1", "true", "false", ""}:
+            raise InvalidRequest(f"usage: must be 1 or 0, got {value!r}")
+        return value in {"1", "true"}
+
+    async def _pump(self, since: int | None, usage: bool = False) -> None:
         """Copy the caller's events to the queue; when they end, so does the stream.
 
         In remote mode they end when the manager service goes away (a restart): the
         client then reconnects, rather than wait on a stream nothing feeds any more."""
         try:
-            async for event in self.api.events(since):  # only what the caller may see
+            async for event in self.api.events(since, usage):  # only what the caller may see
                 put_dropping_oldest(self._queue, event)  # a slow reader loses the oldest
         except BaiError as exc:
             self.log.info("bai-jupyter: event stream ends: %s", exc)
@@ -64,12 +71,12 @@ class EventsHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        since = self._since()
+        since, usage = self._since(), self._usage()
         self._queue = asyncio.Queue(maxsize=1000)
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")
-        pump = asyncio.ensure_future(self._pump(since))
+        pump = asyncio.ensure_future(self._pump(since, usage))
         self.app.streams.add(self._queue)
         try:
             self.write(": connected\n\n")
@@ -95,3 +102,13 @@ class EventsHandler(BaiHandler):
                 await pump
         with contextlib.suppress(StreamClosedError):
             self.finish()
+
+
+class UsageHandler(BaiHandler):
+    """A running session's usage now, per kernel: the ``usage`` event's body (the last
+    one, when fresh; else read now, which takes a second)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, key: str) -> None:
+        self.write_json(await self.api.usage(key))

@@ -76,6 +76,13 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 ],
             ),
         },
+        "/sessions/{key}/usage": {
+            "parameters": [_SESSION_KEY],
+            "get": operation(
+                "a running session's usage per kernel, as its usage event says it",
+                {"200": reply("{type, session_id, name, owner, at, kernels}", {"type": "object"})},
+            ),
+        },
         "/sessions/{key}/logs": {
             "parameters": [_SESSION_KEY],
             "get": operation(
@@ -318,8 +325,8 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                 {
                     "200": {
                         "description": "id: SEQ / event: session / data: {session_id, status, "
-                        "kernels, …, seq}; event: reset when a resumed stream missed events "
-                        "the store no longer keeps",
+                        "kernels, …, seq}; event: usage (with ?usage=1); event: reset when a "
+                        "resumed stream missed events the store no longer keeps",
                         "content": {"text/event-stream": {"schema": {"type": "string"}}},
                     }
                 },
@@ -328,7 +335,12 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
                         "since",
                         "resume: first every event after this seq (or send Last-Event-ID)",
                         pattern="^[0-9]{1,18}$",
-                    )
+                    ),
+                    query_param(
+                        "usage",
+                        "1: also event: usage (no id) every usage_interval per running session",
+                        enum=["0", "1", "true", "false"],
+                    ),
                 ],
             )
         },

@@ -11,7 +11,7 @@ from .agents import AgentsHandler
 from .attach import AttachKernelspecHandler
 from .base import BaiHandler
 from .endpoints import EndpointHandler, EndpointProxyHandler, EndpointsHandler
-from .events import EventsHandler
+from .events import EventsHandler, UsageHandler
 from .execute import ExecuteHandler
 from .launches import SessionsLaunchHandler
 from .openapi import openapi
@@ -53,6 +53,7 @@ def api_routes() -> list[tuple[str, type[BaiHandler]]]:
         (f"{API}/sessions", SessionsHandler),
         (f"{API}/sessions/{_KEY}", SessionHandler),
         (f"{API}/sessions/{_KEY}/logs", LogsHandler),
+        (f"{API}/sessions/{_KEY}/usage", UsageHandler),
         (f"{API}/sessions/{_KEY}/interrupt", InterruptHandler),
         (f"{API}/sessions/{_KEY}/restart", RestartHandler),
         (f"{API}/sessions/{_KEY}/execute", ExecuteHandler),

@@ -13,6 +13,7 @@ import asyncio
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from ...model import ExecResult, KernelRole
 from ...resources import ResourceSlot
 from ..base import AgentError, KernelStarted, LiveKernel
 from ..capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT
+from ..usage import KernelReading
 from .bootstrap import precompile_runtime
 from .containers import KernelContainers, is_main
 from .engine import Engine, engine_answers, gather_all, sees_our_files, unix_socket
@@ -33,6 +35,7 @@ from .images import EngineImages
 from .multinode import DockerMultiNode
 from .networks import EGRESS_NETWORK, Networks, network_name
 from .output import exec_capped, follow_output, read_logs
+from .stats import read_usage
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
 
@@ -300,6 +303,14 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
             [self.engine.call(f"cannot read stats of {c['Id'][:12]}", used, c["Id"]) for c in found]
         )
         return sum(totals)
+
+    async def usage(self, kernels: Mapping[str, str | None]) -> list[KernelReading]:
+        """One-shot stats of each kernel's container, read in one engine thread."""
+        containers = {k: cid for k, cid in kernels.items() if cid}
+        if not containers:
+            return []
+        api = await self.engine.api()
+        return await self.engine.call("cannot read stats", read_usage, api, containers)
 
     async def live_kernels(self) -> list[LiveKernel]:
         """Every container with our labels, running or not, with its exit code.

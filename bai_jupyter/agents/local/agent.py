@@ -23,6 +23,8 @@ import copy
 import json
 import os
 import sys
+import time
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from ..base import (
 )
 from ..capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT
 from ..traits import HostPath
+from ..usage import KernelReading
 from . import files, processes
 from .kernels import LocalKernel
 
@@ -259,6 +262,19 @@ class LocalAgent(AgentBackend):
             if kernel.session_id == session_id and not kernel.ended.is_set():
                 groups |= {kernel.pid} | processes.descendant_groups(table, kernel.pid)
         return await asyncio.to_thread(processes.cpu_seconds, groups)
+
+    async def usage(self, kernels: Mapping[str, str | None]) -> list[KernelReading]:
+        """CPU time and resident memory of each kernel's processes, from /proc."""
+        table = await processes.process_table()
+        readings = []
+        for kernel_id in kernels:
+            kernel = self._kernels.get(kernel_id)
+            if kernel is not None and not kernel.ended.is_set():
+                groups = {kernel.pid} | processes.descendant_groups(table, kernel.pid)
+                used = await asyncio.to_thread(processes.group_usage, groups)
+                if used is not None:
+                    readings.append(KernelReading(kernel_id, time.monotonic(), *used))
+        return readings
 
     async def live_kernels(self) -> list[LiveKernel]:
         """Every kernel under ``root`` started by an agent with this id, in this process or

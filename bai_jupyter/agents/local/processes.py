@@ -31,6 +31,7 @@ __all__ = [
     "descendant_groups",
     "exit_code",
     "free_ports",
+    "group_usage",
     "killpg",
     "process_table",
     "read_process_table",
@@ -238,6 +239,21 @@ def cpu_seconds(groups: set[int]) -> float | None:
             if int(fields[2]) in groups:
                 total += sum(int(f) for f in fields[11:15])
     return total / ticks
+
+
+def group_usage(groups: set[int]) -> tuple[float, int] | None:
+    """CPU seconds (as :func:`cpu_seconds`) and resident memory in bytes of the processes
+    in ``groups``; None without a Linux /proc."""
+    if not _HAVE_PROC:
+        return None
+    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    cpu = rss = 0
+    for _, fields in _proc_stats():  # … rss(24): index 21
+        with contextlib.suppress(IndexError, ValueError):
+            if int(fields[2]) in groups:
+                cpu += sum(int(f) for f in fields[11:15])
+                rss += int(fields[21]) * page
+    return cpu / ticks, rss
 
 
 def descendant_groups(table: list[Proc] | None, root: int) -> set[int]:
