@@ -26,6 +26,7 @@ from ..text import (
     service_url,
     sessions_table,
 )
+from ..usage_text import usage_text
 from ..wire import session_to_json
 from .connect import _LOOP, NoManager, find_manager, own_session
 from .ipython import argument, display, magic_arguments, parse_argstring, pretty
@@ -98,6 +99,7 @@ class BaiMagics(Magics):
 
             if session_id is not None:
                 display(live_view(SessionsView(remote, _LOOP, all_states=True, only=session_id)))
+                _show_usage(remote, session_id, widget=True)
             else:
                 display(Launcher(remote, _LOOP, _LOOP.run(remote.list_templates())))
                 display(live_view(SessionsView(remote, _LOOP)))
@@ -105,6 +107,7 @@ class BaiMagics(Magics):
         if session_id is not None:
             session = _LOOP.run(remote.get_json(session_id))
             print(cluster_text(remote, session))
+            _show_usage(remote, session_id, widget=False, status=session["status"])
             return
         rows = _LOOP.run(load_rows(remote, all_states=False))
         pending = sum(r.phase == "queued" for r in rows)
@@ -295,6 +298,20 @@ class BaiMagics(Magics):
 COMMANDS = (
     "status", "sessions", "run", "exec", "ports", "logs", "cancel", "endpoints", "templates"
 )  # fmt: skip
+
+
+def _show_usage(remote: RemoteManager, session_id: str, widget: bool, status: str = "") -> None:
+    """A session's usage per kernel under its status: a live widget, else read once (for
+    a running session; a read takes a second when nobody follows it live)."""
+    if widget:
+        from ..usage_widget import UsageWidget
+
+        display(UsageWidget(remote, _LOOP, session_id))
+    elif status in {"RUNNING", "RESTARTING"}:
+        try:
+            print(f"\n{usage_text(_LOOP.run(remote.usage(session_id)))}")
+        except BaiError as exc:
+            print(f"\nusage: {exc.message}")
 
 
 def _session_arg(given: str | None, command: str) -> str:

@@ -366,6 +366,12 @@ def test_sessions_queue_templates_ports_status_and_cancel(
     assert cap.stdout.startswith(f"session {first.session_id} (holder) · batch · RUNNING")
     assert "main1  main  RUNNING  cpu=0.25 mem=128m" in cap.stdout
     assert "web      http      8080" in cap.stdout
+    # Its usage per kernel, read now: CPU of its slots, memory of its limit, network.
+    usage = cap.stdout[cap.stdout.index("\nusage at ") + 1 :].splitlines()
+    assert usage[1].split() == ["HOST", "CPU", "MEMORY", "NETWORK"]
+    main1 = usage[2]
+    assert main1.startswith("main1") and "% of 0.25 cpu" in main1, usage
+    assert " of 128 MiB" in main1 and "↓" in main1, usage
     monkeypatch.delenv("BACKENDAI_SESSION_ID")
 
     _, cap = bai(shell, "cancel holder")

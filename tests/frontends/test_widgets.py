@@ -27,6 +27,7 @@ from bai_jupyter.sessions_model import (
     queue_positions,
     why_pending,
 )
+from bai_jupyter.usage_widget import UsageWidget
 from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionCard, SessionsView, live_view
 
 
@@ -371,3 +372,29 @@ def test_a_kernels_live_view_follows_sessions_its_token_may_only_list(server: Se
             await remote.destroy(holder.id)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_the_usage_widget_shows_a_running_sessions_usage_live(server: Server) -> None:
+    """``%bai status``'s usage table: read at once, then kept current from usage events."""
+    remote = server.client()
+    runner = LoopThread()
+    session = runner.run(remote.create({"resources": SMALL_SLOTS}))
+    runner.run(remote.wait_for(session.id, {Status.RUNNING}, timeout=120))
+    widget = UsageWidget(remote, runner, session.id)
+    try:
+        deadline = time.monotonic() + 60
+        while "% of 0.25 cpu" not in widget.value and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "<td>main1</td>" in widget.value and "% of 0.25 cpu" in widget.value
+        assert "of 128 MiB" in widget.value and "live, every 2 s" in widget.value
+        first = widget.value
+        while widget.value == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert widget.value != first  # the next usage event redrew it (its time)
+        assert widget.updating
+    finally:
+        widget.close()
+        runner.run(remote.destroy(session.id))
+    assert not widget.updating
