@@ -24,20 +24,22 @@ import {
   poolSummary,
   poolTone
 } from './pools';
+import { UsageHistory } from './usage';
+import { agentUsage } from './usageViews';
 
-export function agentsSection(state: BaiState): HTMLElement {
+export function agentsSection(state: BaiState, usage?: UsageHistory): HTMLElement {
   const agents = state.agents;
   const content = agents.length
     ? h(
         'ul',
         { class: 'bai-Agents', attrs: { 'aria-label': 'Agents' } },
-        ...agents.map(a => agent(state, a))
+        ...agents.map(a => agent(state, a, usage))
       )
     : h('p', { class: 'bai-Empty' }, 'No agents.');
   return section(`Agents (${agents.length})`, 'agents', content, poolsBlock(state.pools));
 }
 
-function agent(state: BaiState, agent: AgentJSON): HTMLElement {
+function agent(state: BaiState, agent: AgentJSON, live?: UsageHistory): HTMLElement {
   const bars = usage(agent).map(({ slot, used, text }) =>
     h(
       'div',
@@ -83,6 +85,9 @@ function agent(state: BaiState, agent: AgentJSON): HTMLElement {
       agent.schedulable ? null : ' · not schedulable'
     ),
     ...bars,
+    live
+      ? agentUsage(live, agent.id, Number(agent.capacity.cpu), Number(agent.capacity.mem))
+      : null,
     warm
       ? h(
           'div',

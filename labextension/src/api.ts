@@ -18,6 +18,7 @@ import type {
   SessionRequest,
   TemplateJSON
 } from './types';
+import { isUsageEvent, UsageEvent } from './usage';
 
 const API = 'bai/api/v1';
 
@@ -53,6 +54,8 @@ export interface EventHandlers {
   connected(): void;
   /** The stream broke (it reconnects by itself after `retryMs`). */
   disconnected(reason: string): void;
+  /** Given: the stream also asks for usage events (`?usage=1`), which come here. */
+  usage?(event: UsageEvent): void;
 }
 
 export class BaiClient {
@@ -191,7 +194,7 @@ export class BaiClient {
       let reason = 'the server closed the event stream';
       try {
         const reply = await ServerConnection.makeRequest(
-          this.url('events'),
+          this.url('events', handlers.usage ? { usage: '1' } : {}),
           { method: 'GET', signal, headers: { Accept: 'text/event-stream' } },
           this.settings
         );
@@ -200,7 +203,12 @@ export class BaiClient {
         }
         handlers.connected();
         await readEvents(reply.body, signal, data => {
-          handlers.event(JSON.parse(data) as SessionEvent);
+          const event = JSON.parse(data) as SessionEvent | UsageEvent;
+          if (isUsageEvent(event)) {
+            handlers.usage?.(event);
+          } else {
+            handlers.event(event);
+          }
         });
       } catch (error) {
         if (signal.aborted) {

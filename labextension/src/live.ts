@@ -18,10 +18,13 @@ import { ApiError, BaiClient } from './api';
 import { EndpointJSON, refreshDelay, replicaOf } from './endpoints';
 import { isWarmEvent, PoolJSON } from './pools';
 import { BaiState } from './store';
+import { UsageHistory } from './usage';
 import { ENDED, SessionEvent, Status } from './types';
 
 export class LiveState {
   readonly state = new BaiState();
+  /** Running sessions' usage per kernel, from the stream's usage events. */
+  readonly usage = new UsageHistory();
   private abort = new AbortController();
   private clusterTimer: ReturnType<typeof setTimeout> | null = null;
   private endpointsTimer: ReturnType<typeof setTimeout> | null = null;
@@ -53,7 +56,8 @@ export class LiveState {
         },
         disconnected: reason => {
           this.state.setOffline(reason);
-        }
+        },
+        usage: event => this.usage.add(event)
       },
       this.abort.signal
     );
@@ -159,6 +163,7 @@ export class LiveState {
     const folded = this.state.fold(event);
     if (ENDED.has(event.status)) {
       this._ended.emit(event.session_id);
+      this.usage.forget(event.session_id);
     }
     // A pending session's event may be a scheduler pass's new why-pending record:
     // its place in the queue may have moved too.

@@ -24,6 +24,7 @@ import {
   whyPending
 } from './text';
 import { isEnded, SessionJSON, Status } from './types';
+import { refreshUsage, sessionUsage } from './usageViews';
 
 export interface SidebarOptions {
   showEnded: boolean;
@@ -50,6 +51,7 @@ export class SessionsSidebar extends Widget {
     this.body = h('div', { class: 'bai-Sidebar-body' });
     this.node.append(this.body);
     live.state.changed.connect(this.schedule, this);
+    live.usage.changed.connect(() => refreshUsage(this.body, live.usage)); // charts only
     // Idle countdowns every 5 s while a session has idle rules; ages every 30 s.
     this.ticker = setInterval(() => {
       this.ticks += 1;
@@ -108,7 +110,7 @@ export class SessionsSidebar extends Widget {
         this.sessionsSection(),
         ...(endpoints ? [endpoints] : []),
         ...queueSections(this.live.state),
-        agentsSection(this.live.state)
+        agentsSection(this.live.state, this.live.usage)
       ];
     });
   }
@@ -290,6 +292,9 @@ export class SessionsSidebar extends Widget {
           )
         )
       );
+    }
+    if (session.status === Status.RUNNING || session.status === Status.RESTARTING) {
+      lines.push(sessionUsage(this.live.usage, session.id));
     }
     lines.push(sessionActions(session, name, this.live, this.actions));
     const classes = ['bai-Session', this.highlighted === session.id ? 'bai-mod-highlighted' : ''];

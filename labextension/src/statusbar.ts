@@ -11,6 +11,7 @@ import { Widget } from '@lumino/widgets';
 import { LiveState } from './live';
 import { label, whyPending } from './text';
 import { SessionJSON, Status } from './types';
+import { usageTooltip } from './usage';
 
 export class SessionStatus extends Widget {
   private session: SessionJSON | undefined;
@@ -33,6 +34,7 @@ export class SessionStatus extends Widget {
       }
     });
     live.state.changed.connect(this.update, this);
+    live.usage.changed.connect(this.update, this);
     tracker.currentChanged.connect(() => this.update());
     tracker.widgetAdded.connect((_, panel) => {
       panel.sessionContext.kernelChanged.connect(() => this.update());
@@ -98,6 +100,8 @@ export class SessionStatus extends Widget {
       const cluster = size > 1 ? ` · cluster ×${size}` : '';
       text = `bai: ${session.status}${cluster}`;
       title = `Session ${label(session)} is ${session.status}. Click to show it.`;
+      const usage = usageTooltip(this.live.usage, session.id);
+      title += usage ? `\n${usage}` : '';
     }
     this.node.textContent = text;
     this.node.title = title;

@@ -454,6 +454,61 @@ def test_a_service_port_link_opens_the_service(lab: Server, page: Any) -> None:
     service.close()
 
 
+#: Whether a session's kernel's CPU reads "N %" (of its slots) with N above a bar.
+CPU_ABOVE = r"""([id, kernel, bar]) => {
+    const el = document.querySelector(
+        `[data-usage-session="${id}"] [data-kernel="${kernel}"] [data-role="usage-CPU"]`);
+    const m = /^(\d+) %$/.exec(el ? el.textContent : '');
+    return m !== null && Number(m[1]) > bar; }"""
+
+
+def _theme(page: Any, theme: str) -> None:
+    page.evaluate(
+        "t => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme
+    )
+    page.wait_for_timeout(500)  # the theme's stylesheet applies
+
+
+def test_a_running_sessions_card_charts_its_usage_per_kernel(lab: Server, page: Any) -> None:
+    """The card of a running session of two kernels draws each one's CPU and memory over
+    the last minutes, from the stream's usage events; main1 burning CPU shows it; the
+    agent's chart beside its occupancy bars sums the user's kernels; both themes."""
+    request = {"name": "busy", "cluster_size": 2, "resources": {"cpu": "0.5", "mem": "256m"}}
+    session = api(lab, "POST", "sessions", request)
+    busy = wait_status(page, "busy", "RUNNING")
+    burn = "nohup python3 -c 'while True: pass' >/dev/null 2>&1 &"
+    reply = api(lab, "POST", f"sessions/{session['id']}/exec", {"command": ["sh", "-c", burn]})
+    assert reply["exit_code"] == 0, reply
+    usage = busy.locator('[data-role="usage"]')
+    main1 = usage.locator('[data-kernel="main1"]')
+    page.wait_for_function(  # by selector each time: a new reading redraws the chart
+        CPU_ABOVE, arg=[session["id"], "main1", 15], timeout=60_000
+    )
+    mem = main1.locator('[data-role="usage-Mem"]').inner_text()
+    assert re.fullmatch(r"\d+(\.\d+)?/256 MiB", mem), mem  # used of its limit
+    caption = main1.locator(".bai-Usage-caption").first.get_attribute("title")
+    assert re.fullmatch(r"CPU: \d+ % of 0\.5 cpu", caption or ""), caption
+    assert usage.locator('[data-kernel="sub1"] [data-role="usage-CPU"]').inner_text().endswith("%")
+    assert main1.locator("svg.bai-Spark polyline").count() == 2  # CPU and memory
+    assert (
+        main1.locator("svg.bai-Spark")
+        .first.get_attribute("aria-label")
+        .startswith("main1 CPU over the last minutes")
+    )
+    agent = page.locator('.bai-Agent[data-agent-id="docker"] [data-role="agent-usage"]')
+    agent.locator("svg.bai-Spark").first.wait_for(timeout=30_000)
+    assert re.search(r"CPU \d\.\d\d/2 cores", agent.inner_text())
+    page.wait_for_timeout(4000)  # a few more points on the charts for the screenshots
+    shot(card(page, "busy"), "usage-card-light.png")
+    shot(page.locator('.bai-Agent[data-agent-id="docker"]'), "usage-agent-light.png")
+    _theme(page, "JupyterLab Dark")
+    try:
+        shot(card(page, "busy"), "usage-card-dark.png")
+        shot(page.locator('.bai-Agent[data-agent-id="docker"]'), "usage-agent-dark.png")
+    finally:
+        _theme(page, "JupyterLab Light")
+
+
 def test_a_batch_jobs_log_is_followed_to_its_result(lab: Server, page: Any) -> None:
     command = "for i in 1 2 3 4; do echo step-$i; sleep 1; done; exit 3"
     create_from_dialog(
