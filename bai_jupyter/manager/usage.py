@@ -71,6 +71,8 @@ class UsageWatch:
         self.settings = settings
         #: kernel id → its last reading (the base of the next rates).
         self._last: dict[str, KernelReading] = {}
+        #: kernel id → its usage from that reading (told again until a new sample comes).
+        self._told: dict[str, dict[str, Any]] = {}
         #: session id → its last usage event (what a status asks, when fresh).
         self.latest: dict[str, dict[str, Any]] = {}
         self._task: asyncio.Task[Any] | None = None
@@ -94,6 +96,7 @@ class UsageWatch:
                 max(0.0, self.settings.usage_interval - (time.monotonic() - started))
             )
         self._last.clear()
+        self._told.clear()
 
     async def read(self, sessions: Iterable[Session]) -> list[dict[str, Any]]:
         """Read the kernels of ``sessions`` now (one call per agent, all at once); one usage
@@ -111,11 +114,16 @@ class UsageWatch:
         per_session: dict[str, list[dict[str, Any]]] = {}
         for reading in (r for rs in readings for r in rs):
             session, kernel = kernels[reading.kernel_id]
-            usage = kernel_usage(kernel, reading, self._last.get(reading.kernel_id))
-            self._last[reading.kernel_id] = reading
+            old = self._last.get(reading.kernel_id)
+            if old is not None and old.at == reading.at and reading.kernel_id in self._told:
+                usage = self._told[reading.kernel_id]  # no new sample since: the same rates
+            else:
+                usage = kernel_usage(kernel, reading, old)
+            self._last[reading.kernel_id], self._told[reading.kernel_id] = reading, usage
             per_session.setdefault(session.id, []).append(usage)
         for gone in set(self._last) - set(kernels):
             del self._last[gone]
+            self._told.pop(gone, None)
         now, told = time.time(), {}
         for session, _ in kernels.values():
             if session.id in per_session and session.id not in told:
@@ -134,16 +142,20 @@ class UsageWatch:
         return []
 
     async def now(self, session: Session) -> dict[str, Any]:
-        """The session's usage: the last event when it is fresh, else two readings a
-        second apart (the rates need two)."""
+        """The session's usage: the last event when it is fresh, else read until every
+        kernel read has its rates (two samples apart; a few seconds at most)."""
         latest = self.latest.get(session.id)
         if latest is not None and time.time() - latest["at"] < 2 * self.settings.usage_interval:
             return latest
         watch = UsageWatch(self.core, self.settings)  # its own readings: not this loop's base
-        await watch.read([session])
-        await asyncio.sleep(1.0)
-        events = await watch.read([session])
-        return events[0] if events else usage_event(session, [], time.time())
+        started = time.monotonic()
+        while True:
+            events = await watch.read([session])
+            waited = time.monotonic() - started
+            done = events and all(k["cpu_percent"] is not None for k in events[0]["kernels"])
+            if done or waited > 5 or (not events and waited > 2.5):
+                return events[0] if events else usage_event(session, [], time.time())
+            await asyncio.sleep(0.5)
 
 
 def usage_event(session: Session, kernels: list[dict[str, Any]], at: float) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from .images import EngineImages
 from .multinode import DockerMultiNode
 from .networks import EGRESS_NETWORK, Networks, network_name
 from .output import exec_capped, follow_output, read_logs
-from .stats import read_usage
+from .stats import StatsStreams
 from .swarm import SwarmMembership
 from .watcher import EventWatcher, Removals
 
@@ -81,6 +81,7 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
         self.engine = Engine(self.id, self.endpoint, self.tls_cert_path)
         self.networks = Networks(self.engine)
         self.containers = KernelContainers(self, self.engine, self.log)
+        self._stats = StatsStreams(self.engine.new_client)
         self.images = EngineImages(self.engine)
         self.swarm = SwarmMembership(self.engine)
         self._firewall = HostFirewall(self)
@@ -305,12 +306,11 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
         return sum(totals)
 
     async def usage(self, kernels: Mapping[str, str | None]) -> list[KernelReading]:
-        """One-shot stats of each kernel's container, read in one engine thread."""
+        """The latest sample of each kernel's container from its stats stream (``stats``)."""
         containers = {k: cid for k, cid in kernels.items() if cid}
         if not containers:
             return []
-        api = await self.engine.api()
-        return await self.engine.call("cannot read stats", read_usage, api, containers)
+        return await self.engine.call("cannot read stats", self._stats.readings, containers)
 
     async def live_kernels(self) -> list[LiveKernel]:
         """Every container with our labels, running or not, with its exit code.
@@ -366,6 +366,7 @@ class DockerAgent(DockerHostAccess, DockerMultiNode):
         """Drop the client (later calls say the agent is closed), stop the watcher thread,
         take our firewall rules out."""
         await self.engine.close()
+        await asyncio.to_thread(self._stats.close)
         if self._watcher is not None:
             self._watcher.stop()
             await asyncio.to_thread(self._watcher.join, 5)
