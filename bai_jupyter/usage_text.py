@@ -52,7 +52,9 @@ def usage_text(usage: Mapping[str, Any]) -> str:
     if not rows:
         return "usage: none read (the agent gives none)"
     when = time.strftime("%H:%M:%S", time.localtime(usage.get("at") or time.time()))
-    return f"usage at {when}:\n" + format_table(("HOST", "CPU", "MEMORY", "NETWORK"), rows)
+    table = format_table(("HOST", "CPU", "MEMORY", "NETWORK"), rows)
+    # Indented under its heading: the kernels' own table above starts lines with hosts.
+    return f"usage at {when}:\n" + "\n".join(f"  {line}" for line in table.splitlines())
 
 
 def usage_html(usage: Mapping[str, Any]) -> str:

@@ -370,7 +370,7 @@ def test_sessions_queue_templates_ports_status_and_cancel(
     usage = cap.stdout[cap.stdout.index("\nusage at ") + 1 :].splitlines()
     assert usage[1].split() == ["HOST", "CPU", "MEMORY", "NETWORK"]
     main1 = usage[2]
-    assert main1.startswith("main1") and "% of 0.25 cpu" in main1, usage
+    assert main1.startswith("  main1") and "% of 0.25 cpu" in main1, usage
     assert " of 128 MiB" in main1 and "↓" in main1, usage
     monkeypatch.delenv("BACKENDAI_SESSION_ID")
 
@@ -530,6 +530,8 @@ def test_exec_all_on_a_cluster_of_three(connected: Server) -> None:
             ["sub1", "sub", "RUNNING"],
             ["sub2", "sub", "RUNNING"],
         ]
+        usage = text[text.index("\nusage at ") + 1 :].splitlines()[2:5]  # each kernel's
+        assert [line.split()[0] for line in usage] == ["main1", "sub1", "sub2"], text
         # The kernel's token is its owner's, for the bai API only: not the server's token.
         # POSTs need no XSRF cookie there; shared templates (admin) stay out of reach.
         out = kernel.run(
