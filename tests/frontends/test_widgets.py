@@ -338,28 +338,33 @@ class _Link:
         self.listen_port = self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
-        self.pipes |= {writer, up_writer}
+        self.pipes.add(writer)
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
                     dst.write(data)
                     await dst.drain()
-            except (ConnectionError, OSError):
-                pass
             finally:
                 dst.close()
 
-        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+            self.pipes.add(up_writer)
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        except OSError:  # one side went: the other goes with it
+            pass
+        finally:
+            writer.close()
 
     async def cut(self) -> None:
         assert self.server is not None
         self.server.close()
         await self.server.wait_closed()
-        for pipe in self.pipes:
+        pipes, self.pipes = self.pipes, set()
+        for pipe in pipes:
             pipe.close()
-        self.pipes.clear()
+        await asyncio.gather(*(p.wait_closed() for p in pipes), return_exceptions=True)
 
 
 class _Recording(SessionsModel):
