@@ -176,6 +176,20 @@ def shot(element: Any, name: str) -> None:
                 raise
 
 
+def shots_light_and_dark(page: Any, element: Any, name: str) -> None:
+    """``name``-light.png and ``name``-dark.png of ``element``, for a person to look at;
+    the light theme is back afterwards."""
+    shot(element, f"{name}-light.png")
+    for theme, light in (("JupyterLab Dark", "false"), ("JupyterLab Light", "true")):
+        page.evaluate(
+            "t => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme
+        )
+        page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{light}'")
+        page.wait_for_timeout(500)  # the theme's stylesheet applies
+        if light == "false":
+            shot(element, f"{name}-dark.png")
+
+
 def card(page: Any, name: str) -> Any:
     exact = re.compile(f"^{re.escape(name)}$")
     return page.locator(".bai-Session", has=page.locator(".bai-Session-name", has_text=exact))
@@ -930,7 +944,8 @@ def test_a_notebook_from_the_dialog_runs_in_the_notebooks_folder_and_its_card_go
 def test_a_notebook_whose_session_is_terminated_says_who_ended_it_and_stays_ended(
     lab: Server, page: Any
 ) -> None:
-    """Terminate in the sidebar ends the notebook's kernel for good: the notebook says
+    """Terminate in the sidebar first asks, naming the notebook whose kernel the session
+    holds, then ends the notebook's kernel for good: the notebook says
     in words who ended its session and why; Jupyter drops the kernel and starts no new
     session for it."""
     put_notebook(lab, "ended.ipynb", "x = 1", kernelspec="bai-warm")
@@ -942,7 +957,16 @@ def test_a_notebook_whose_session_is_terminated_says_who_ended_it_and_stays_ende
         (session,) = sessions_of_kernel(lab, kernel_id)
         bar = page.locator(f'.bai-KernelEnd[data-kernel-id="{kernel_id}"]')
         assert bar.is_hidden()
-        terminate(page, session["name"] or session["id"][:8])  # the card's label
+        name = session["name"] or session["id"][:8]  # the card's label
+        card(page, name).locator(".bai-Button", has_text="Terminate").click()
+        confirm = page.locator(".jp-Dialog", has_text=f"Terminate session {name}?")
+        # The question says the session holds this notebook's kernel, and what is lost.
+        confirm.get_by_text(
+            "It runs the kernel of your notebook ended.ipynb: what that kernel holds is "
+            "lost, and it does not restart."
+        ).wait_for()
+        shots_light_and_dark(page, confirm.locator(".jp-Dialog-content"), "terminate-own-notebook")
+        confirm.locator("button.jp-mod-warn").click()
         said = (
             f"bai session {session['name'] or session['id']} was ended (user-requested) "
             f"by {session['owner']}; its kernel does not restart: start a new one"
