@@ -326,7 +326,7 @@ def test_sessions_queue_templates_ports_status_and_cancel(
     assert "RUNNING" in lines[first.session_id[:8]]
     waiting = lines[second.session_id[:8]]
     assert waiting.split()[3:5] == ["PENDING", "1"]  # queue position 1
-    assert f"waiting for {first.session_id}" in waiting  # why it waits
+    assert "waiting for session holder (RUNNING) to succeed" in waiting  # by name, now
 
     _, cap = bai(shell, "status --text")
     assert cap.stdout.startswith("2 live session(s), 1 pending\n")

@@ -312,7 +312,7 @@ def test_live_model_shows_the_queue_position_and_why(server: Server) -> None:
             await until(lambda: model.rows.get(second.id) is not None)
             waiting = model.rows[second.id]
             await until(lambda: waiting.queue_position == 1 and waiting.why_pending is not None)
-            assert f"waiting for {first.id}" in (waiting.why_pending or "")
+            assert f"waiting for session {first.id[:8]} (" in (waiting.why_pending or "")
             await remote.destroy(first.id)
             await until(lambda: model.rows[second.id].status == "CANCELLED")
             assert model.rows[second.id].outcome == "CANCELLED (dependency-failed)"
