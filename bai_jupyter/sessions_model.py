@@ -103,6 +103,8 @@ class SessionRow:
     why_pending: str | None = None
     queue_position: int | None = None
     services: list[dict[str, Any]] = field(default_factory=list)
+    #: The API's session JSON the row was made from (what ``%bai status --text`` prints).
+    data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SessionRow:
@@ -121,6 +123,7 @@ class SessionRow:
             created_at=float(data.get("created_at", 0)),
             why_pending=why_pending(data),
             services=list(data.get("services") or []),
+            data=dict(data),
         )
 
     @property

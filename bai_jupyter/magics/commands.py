@@ -20,9 +20,11 @@ from ..request import SpecError
 from ..sessions_model import SessionRow, load_rows
 from ..text import (
     cluster_text,
+    counts_text,
     env_cluster_text,
     format_table,
     ports_text,
+    runs_in_containers,
     service_url,
     sessions_table,
 )
@@ -95,18 +97,20 @@ class BaiMagics(Magics):
             from ..widgets import Launcher, SessionsView, live_view
 
             if session_id is not None:
-                display(live_view(SessionsView(remote, _LOOP, all_states=True, only=session_id)))
+                agents = _LOOP.run(remote.agents())
+                view = SessionsView(remote, _LOOP, all_states=True, only=session_id, agents=agents)
+                display(live_view(view))
             else:
                 display(Launcher(remote, _LOOP, _LOOP.run(remote.list_templates())))
                 display(live_view(SessionsView(remote, _LOOP)))
             return
         if session_id is not None:
             session = _LOOP.run(remote.get_json(session_id))
-            print(cluster_text(remote, session))
+            containers = runs_in_containers(session, _LOOP.run(remote.agents()))
+            print(cluster_text(remote, session, containers))
             return
         rows = _LOOP.run(load_rows(remote, all_states=False))
-        pending = sum(r.phase == "queued" for r in rows)
-        print(f"{len(rows)} live session(s), {pending} pending\n{sessions_table(rows)}")
+        print(f"{counts_text(rows)}\n{sessions_table(rows)}")
 
     @magic_arguments("bai sessions")
     @argument("--all-states", action="store_true", help="also ended sessions")

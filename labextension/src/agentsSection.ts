@@ -79,7 +79,9 @@ function agent(state: BaiState, agent: AgentJSON): HTMLElement {
       'div',
       { class: 'bai-Agent-head' },
       h('strong', {}, agent.id),
-      ` · ${agent.backend} · ${count} kernel${count === 1 ? '' : 's'}`,
+      // The default agent is named after its backend: "docker", not "docker · docker".
+      agent.backend === agent.id ? null : ` · ${agent.backend}`,
+      ` · ${count} kernel${count === 1 ? '' : 's'}`,
       agent.schedulable ? null : ' · not schedulable'
     ),
     ...bars,

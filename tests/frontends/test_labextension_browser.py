@@ -267,6 +267,16 @@ def test_the_dialog_checks_as_you_type_and_the_session_runs(lab: Server, page: A
     page.screenshot(path=str(SHOTS / "sidebar-light.png"))
 
 
+def test_an_agent_named_after_its_backend_is_not_named_twice(lab: Server, page: Any) -> None:
+    """The lab's one agent is ``docker`` on the docker backend: "docker · 1 kernel", never
+    "docker · docker · 1 kernel"."""
+    head = page.locator('.bai-Agent[data-agent-id="docker"] .bai-Agent-head')
+    head.wait_for(timeout=WAIT)
+    assert re.fullmatch(r"docker · \d+ kernels?", head.inner_text().strip()), head.inner_text()
+    agents = page.locator('section[aria-labelledby="bai-heading-agents"]')
+    shots_light_and_dark(page, agents, "agents-section")
+
+
 def pool_counts(pool: dict[str, Any]) -> str:
     return (
         f"Claims {pool['claims']} · hits {pool['hits']} · misses {pool['misses']}"
