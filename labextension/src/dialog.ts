@@ -11,10 +11,21 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, BaiClient, errorText } from './api';
 import { h } from './dom';
-import { buildRequest, EMPTY_FORM, formField, FormField, FormValues, messageText } from './form';
+import {
+  buildRequest,
+  EMPTY_FORM,
+  formField,
+  FormField,
+  FormValues,
+  messageText,
+  slotInput,
+  without
+} from './form';
 import { SessionJSON, SessionRequest, TemplateJSON } from './types';
 
 const CHECK_DELAY_MS = 250;
+/** Dry runs per check at most: each finds one more error. */
+const MAX_CHECKS = 6;
 /**
  * Where "Open notebook" makes the notebook of a session the dialog created (the file
  * browser's root): the create asks the server to start the session's kernels in that
@@ -61,15 +72,22 @@ export function formRow(
   return { row, message };
 }
 
-/** Show (or clear, with '') the message of a row; its controls are marked invalid meanwhile. */
-export function showMessage(node: HTMLElement, row: HTMLElement | undefined, text: string): void {
+/**
+ * Show (or clear, with '') the message of a row; the controls at fault (`faulty`: ids;
+ * default every control of the row) are marked invalid meanwhile, and only they.
+ */
+export function showMessage(
+  node: HTMLElement,
+  row: HTMLElement | undefined,
+  text: string,
+  faulty?: ReadonlySet<string>
+): void {
   node.textContent = text;
   row?.classList.toggle('bai-mod-invalid', Boolean(text));
-  row
-    ?.querySelectorAll('input, select, textarea')
-    .forEach(el =>
-      text ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid')
-    );
+  row?.querySelectorAll('input, select, textarea').forEach(el => {
+    const bad = Boolean(text) && (!faulty?.size || faulty.has(el.id));
+    return bad ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid');
+  });
 }
 
 /**
@@ -277,31 +295,50 @@ class SessionForm extends Widget {
     this.timer = setTimeout(() => void this.check(), CHECK_DELAY_MS);
   }
 
-  /** Ask the server (dry run) and show what it says, next to the field it is about. */
+  /**
+   * Ask the server (dry run) and show what it says, next to the field it is about;
+   * every error at once: each dry run leaves out what the last one was about, until
+   * the server accepts the rest (a few runs at most).
+   */
   private async check(): Promise<void> {
     const mine = ++this.checks;
     const { request, problems } = buildRequest(this.values());
-    let serverProblem: [FormField, string] | null = null;
-    if (!Object.keys(problems).length) {
+    const found = new Map<FormField, string[]>();
+    const faulty = new Map<FormField, Set<string>>();
+    for (const [field, text] of Object.entries(problems) as [FormField, string][]) {
+      found.set(field, [text]);
+    }
+    let next: SessionRequest | null = request;
+    for (let run = 0; next && run < MAX_CHECKS; run++) {
       try {
-        await this.client.create(request, true);
+        await this.client.create(next, true);
+        next = null;
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
         const named = error instanceof ApiError ? error.field : null;
         const about = formField(named);
         // A field the form has no row for (say, a template's resource_group): say it at the end.
         const field = this.messages.has(about) ? about : 'form';
-        serverProblem = [field, field === 'form' ? message : messageText(message, named)];
+        const text = field === 'form' ? message : messageText(message, named);
+        if (found.get(field)?.includes(text)) {
+          break; // taking the field out did not help (say, a required one)
+        }
+        found.set(field, [...(found.get(field) ?? []), text]);
+        const input = slotInput(named);
+        if (input) {
+          faulty.set(field, (faulty.get(field) ?? new Set()).add(`bai-field-${input}`));
+        }
+        next = field === 'form' ? null : without(next!, named);
       }
     }
     if (mine !== this.checks || this.isDisposed) {
       return; // the user typed again meanwhile
     }
     for (const [field, node] of this.messages) {
-      const text = serverProblem?.[0] === field ? serverProblem[1] : (problems[field] ?? '');
-      showMessage(node, this.rows.get(field), text);
+      const texts = found.get(field) ?? [];
+      showMessage(node, this.rows.get(field), texts.join('\n'), faulty.get(field));
     }
-    this.valid = !serverProblem && !Object.keys(problems).length;
+    this.valid = found.size === 0;
     this.setAccept();
   }
 
@@ -352,4 +389,22 @@ export async function newSessionDialog(
     });
     return null;
   }
+}
+
+/**
+ * The session as it is once the scheduler's first pass has looked at it (a few
+ * seconds at most): still PENDING with the reason it waits, or on its way.
+ */
+export async function afterFirstPass(
+  client: BaiClient,
+  session: SessionJSON,
+  timeoutMs = 5000
+): Promise<SessionJSON> {
+  const deadline = Date.now() + timeoutMs;
+  let now = session;
+  while (now.status === 'PENDING' && !now.pending_reason && Date.now() < deadline) {
+    await new Promise(resolve => setTimeout(resolve, 250));
+    now = await client.session(session.id).catch(() => now);
+  }
+  return now;
 }

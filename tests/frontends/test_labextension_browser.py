@@ -215,20 +215,28 @@ def fill_dialog(page: Any, **fields: str) -> Any:
     return dialog
 
 
-def create_from_dialog(page: Any, open_notebook: bool = False, **fields: str) -> None:
-    accept_dialog(page, fill_dialog(page, **fields), fields.get("type"), open_notebook)
+def create_from_dialog(
+    page: Any, open_notebook: bool = False, offer_says: str = "", **fields: str
+) -> None:
+    dialog = fill_dialog(page, **fields)
+    accept_dialog(page, dialog, fields.get("type"), open_notebook, offer_says)
 
 
 def accept_dialog(
-    page: Any, dialog: Any, type: str | None = None, open_notebook: bool = False
+    page: Any,
+    dialog: Any,
+    type: str | None = None,
+    open_notebook: bool = False,
+    offer_says: str = "",
 ) -> None:
-    """Create once the server accepts the form; an interactive session's notebook offer answered."""
+    """Create once the server accepts the form; an interactive session's notebook offer
+    (which says ``offer_says``) answered."""
     accept = dialog.locator("button.jp-mod-accept")
     page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
     accept.click()
     if type in (None, "interactive"):
         offer = page.locator(".jp-Dialog", has_text="Open a notebook")
-        offer.wait_for()
+        offer.filter(has_text=offer_says).wait_for()
         label = "Open notebook" if open_notebook else "Not now"
         offer.locator("button", has_text=label).click()
 
@@ -275,6 +283,37 @@ def test_an_agent_named_after_its_backend_is_not_named_twice(lab: Server, page: 
     assert re.fullmatch(r"docker · \d+ kernels?", head.inner_text().strip()), head.inner_text()
     agents = page.locator('section[aria-labelledby="bai-heading-agents"]')
     shots_light_and_dark(page, agents, "agents-section")
+
+
+def test_the_dialog_shows_every_error_at_once_outlining_only_the_fields_at_fault(
+    lab: Server, page: Any
+) -> None:
+    """Three wrong fields: three messages at once, each slot named, only those inputs
+    outlined, and the dialog as wide as it was."""
+    dialog = fill_dialog(page, name="errors")
+    content = dialog.locator(".jp-Dialog-content")
+    accept = dialog.locator("button.jp-mod-accept")
+    page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
+    width = content.bounding_box()["width"]
+    dialog.locator("#bai-field-cluster_size").fill("0")
+    dialog.locator("#bai-field-cpu").fill("abc")
+    dialog.locator("#bai-field-mem").fill("-1")
+    resources = dialog.locator("#bai-msg-resources")
+    resources.filter(has_text="mem:").wait_for(timeout=30_000)
+    assert resources.inner_text().splitlines() == [
+        "cpu: cannot parse 'abc' as an amount",
+        "mem: amount must not be negative, got '-1'",
+    ]
+    size = dialog.locator("#bai-msg-cluster_size").inner_text()
+    assert size == "must be an integer from 1 to 64, got 0", size
+    faulty = dialog.locator("[aria-invalid='true']").evaluate_all("els => els.map(e => e.id)")
+    assert sorted(faulty) == ["bai-field-cluster_size", "bai-field-cpu", "bai-field-mem"]
+    border = "id => getComputedStyle(document.getElementById(id)).borderTopColor"
+    assert page.evaluate(border, "bai-field-cpu") != page.evaluate(border, "bai-field-gpu")
+    assert content.bounding_box()["width"] == width
+    assert accept.is_disabled()
+    shots_light_and_dark(page, content, "dialog-every-error")
+    dialog.locator("button.jp-mod-reject").click()
 
 
 def pool_counts(pool: dict[str, Any]) -> str:
@@ -394,7 +433,9 @@ def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, 
     second up while it is watched; freeing the room starts it."""
     create_from_dialog(page, name="big", cpu="1.5", mem="256m")
     wait_status(page, "big", "RUNNING")
-    create_from_dialog(page, name="waiter", cpu="1", mem="256m")
+    # The answer to a create that must wait says why it waits, at once.
+    waits = "It waits in the queue: needs cpu=1 but the largest agent has 0.25 free."
+    create_from_dialog(page, name="waiter", cpu="1", mem="256m", offer_says=waits)
     waiting = wait_status(page, "waiter", "PENDING")
     why = waiting.locator('[data-role="why-pending"]')
     why.filter(has_text="Queued #1 of 1 — needs cpu=1 but the largest agent has").wait_for(
