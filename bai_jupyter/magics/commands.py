@@ -310,12 +310,14 @@ def command_help(command: str) -> str:
     """One command's usage and help, as a person reads it in a notebook.
 
     IPython's magic_arguments writes the usage as a reST literal block (``::`` lines,
-    indented) under the parser's prog; drop those markers and name the cell magic
-    ``%%bai exec`` as it is typed.
+    indented) under the parser's prog, and the docstrings are reST; drop those markers
+    (a literal or a role reads as its text) and name the cell magic ``%%bai exec`` as
+    it is typed.
     """
     doc = str(getattr(BaiMagics, f"_{command}").__doc__)
     lines = [line for line in doc.strip().splitlines() if line.strip() != "::"]
     text = textwrap.dedent("\n".join(lines)).strip()
+    text = re.sub(r"(?::[a-z]+:)?`{1,2}~?([^`]+?)`{1,2}", r"\1", text)
     text = re.sub(r"\n{3,}", "\n\n", text)
     if command == "exec":
         text = re.sub(r"(?<!%)%bai exec", "%%bai exec", text)

@@ -21,6 +21,7 @@ import {
   slotInput,
   without
 } from './form';
+import { namedIds } from './text';
 import { SessionJSON, SessionRequest, TemplateJSON } from './types';
 
 const CHECK_DELAY_MS = 250;
@@ -103,15 +104,26 @@ export function allowAccept(body: HTMLElement, marker: HTMLElement, valid: boole
 }
 
 /**
+ * What went wrong, for a dialog's body: the server's message with sessions by name or
+ * short id (`names`: id → name), wrapped to the dialog's width.
+ */
+export function errorBody(error: unknown, names?: ReadonlyMap<string, string>): Widget {
+  return new Widget({
+    node: h('div', { class: 'bai-DialogError' }, namedIds(errorText(error), names))
+  });
+}
+
+/**
  * Ask first (`verb` on a warning button, `keep` on the one that does nothing), then act;
- * a failure is shown in a dialog.
+ * a failure is shown in a dialog (sessions in it by name: `names`, id → name).
  */
 export async function confirmThen(
   title: string,
   body: string,
   verb: string,
   act: () => Promise<unknown>,
-  keep = 'Cancel'
+  keep = 'Cancel',
+  names?: ReadonlyMap<string, string>
 ): Promise<void> {
   const answer = await showDialog({
     title,
@@ -126,7 +138,7 @@ export async function confirmThen(
   } catch (error) {
     await showDialog({
       title: `${verb} failed`,
-      body: errorText(error),
+      body: errorBody(error, names),
       buttons: [Dialog.okButton()]
     });
   }
@@ -384,7 +396,10 @@ export async function newSessionDialog(
   } catch (error) {
     await showDialog({
       title: 'The session was not created',
-      body: error instanceof Error ? error.message : String(error),
+      body: errorBody(
+        error,
+        new Map(sessions.filter(s => s.name).map(s => [s.id, s.name!] as [string, string]))
+      ),
       buttons: [Dialog.okButton()]
     });
     return null;

@@ -11,7 +11,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { BaiClient } from './api';
-import { afterFirstPass, NOTEBOOK_FOLDER, newSessionDialog } from './dialog';
+import { afterFirstPass, errorBody, NOTEBOOK_FOLDER, newSessionDialog } from './dialog';
 import { HeldRuns } from './heldRuns';
 import { followKernelEnds } from './kernelEnd';
 import { baiIcon } from './icon';
@@ -88,7 +88,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       } catch (error) {
         await showDialog({
           title: `No notebook on ${label(session)}`,
-          body: error instanceof Error ? error.message : String(error),
+          body: errorBody(error, live.state.names()),
           buttons: [Dialog.okButton()]
         });
       }

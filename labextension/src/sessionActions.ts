@@ -53,7 +53,9 @@ export function sessionActions(
             'What its main1 kernel runs now stops (SIGINT).' +
               notebooksOn(live, session, 'interrupt'),
             'Interrupt',
-            () => client.interrupt(id)
+            () => client.interrupt(id),
+            'Cancel',
+            live.state.names()
           )
       ),
       button('Open notebook', `Open a notebook on session ${name}`, `nb-${id}`, () =>
@@ -108,6 +110,7 @@ async function end(live: LiveState, session: SessionJSON, verb: string): Promise
       await live.client.destroy(session.id);
       await live.refresh(session.id);
     },
-    keep
+    keep,
+    live.state.names()
   );
 }

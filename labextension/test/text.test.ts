@@ -12,7 +12,8 @@ import {
   resultText,
   statusTone,
   usage,
-  whyPending
+  whyPending,
+  namedIds
 } from '../src/text';
 import { EVAL, session, TRAIN } from './fixtures';
 
@@ -144,5 +145,16 @@ describe('idle rules, counted down', () => {
   it('shows nothing without rules, or once the session has ended', () => {
     expect(idleLines(session(TRAIN, { status: 'RUNNING' }), 1000, 1000)).toEqual([]);
     expect(idleLines(session(TRAIN, { status: 'TERMINATED', idle }), 1000, 1000)).toEqual([]);
+  });
+});
+
+describe('namedIds', () => {
+  it('reads a session id in a message by name, else by short id', () => {
+    const named = 'a'.repeat(32);
+    const other = 'b'.repeat(32);
+    const names = new Map([[named, 'train']]);
+    expect(namedIds(`session ${named} has ended; ${other} too`, names)).toBe(
+      'session train has ended; bbbbbbbb too'
+    );
   });
 });

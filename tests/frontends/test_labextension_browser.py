@@ -316,6 +316,28 @@ def test_the_dialog_shows_every_error_at_once_outlining_only_the_fields_at_fault
     dialog.locator("button.jp-mod-reject").click()
 
 
+def test_a_failure_in_a_dialog_names_the_session_and_wraps(lab: Server, page: Any) -> None:
+    """Interrupt a session that ended while the question was open: the failure names it
+    (no 32-character id) in lines that fit the dialog, no sideways scrolling."""
+    made = api(lab, "POST", "sessions", {"name": "gone", "resources": {"cpu": "0.25"}})
+    wait_status(page, "gone", "RUNNING")
+    card(page, "gone").locator(".bai-Button", has_text="Interrupt").click()
+    confirm = page.locator(".jp-Dialog", has_text="Interrupt gone?")
+    confirm.wait_for()
+    api(lab, "DELETE", f"sessions/{made['id']}")
+    wait_status(page, "gone", "TERMINATED")
+    confirm.locator("button.jp-mod-warn").click()
+    failed = page.locator(".jp-Dialog", has_text="Interrupt failed")
+    body = failed.locator(".bai-DialogError")
+    body.wait_for()
+    text = body.inner_text()
+    assert text == "session gone has ended (TERMINATED) (409 conflict)", text
+    fits = """e => [e, e.closest('.jp-Dialog-body')].every(n => n.scrollWidth <= n.clientWidth)"""
+    assert page.evaluate(fits, body.element_handle())
+    shots_light_and_dark(page, failed.locator(".jp-Dialog-content"), "dialog-failure")
+    failed.locator("button.jp-mod-accept").click()
+
+
 def pool_counts(pool: dict[str, Any]) -> str:
     return (
         f"Claims {pool['claims']} · hits {pool['hits']} · misses {pool['misses']}"

@@ -532,6 +532,9 @@ def test_help_has_no_rest_markers_and_names_the_cell_magic() -> None:
 
     text = overview()
     assert not [line for line in text.splitlines() if line.strip() == "::"]
+    # No reST of the docstrings either: ``add`` reads add, :func:`x` reads x.
+    assert not re.search(r"``|:(func|class|meth|data|attr):`", text), text
+    assert "the URLs they are proxied at; add declares" in text
     assert "%%bai exec [--hosts HOSTS]" in text
     assert not re.search(r"(?<!%)%bai exec", text)
     assert command_help("exec").startswith("%%bai exec [--hosts HOSTS]")
