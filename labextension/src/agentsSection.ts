@@ -56,7 +56,8 @@ function agent(state: BaiState, agent: AgentJSON): HTMLElement {
           }
         },
         h('div', {
-          class: 'bai-Bar-fill',
+          // Any share held shows (a few pixels at least), not a fraction of a pixel.
+          class: used > 0 ? 'bai-Bar-fill bai-mod-held' : 'bai-Bar-fill',
           attrs: { style: `width: ${(used * 100).toFixed(1)}%` }
         })
       ),

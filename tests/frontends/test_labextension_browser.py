@@ -51,6 +51,21 @@ PROMPTS_ARE = """want => JSON.stringify([...document.querySelectorAll(
 #: Opens a notebook in the lab, as the file browser would.
 OPEN_NOTEBOOK = "p => { window.jupyterapp.commands.execute('docmanager:open', {path: p}); }"
 SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
+#: The boxes of the text of the bai status item and of its neighbours' (JupyterLab's
+#: own text items on the left of the status bar).
+STATUS_BOXES = """() => {
+    const text = e => {
+        const range = document.createRange();
+        range.selectNodeContents(e);
+        const r = range.getBoundingClientRect();
+        return {top: r.top, height: r.height};
+    };
+    const bai = document.querySelector('.bai-StatusItem');
+    const left = '#jp-main-statusbar .jp-StatusBar-Left .jp-StatusBar-TextItem';
+    const others = [...document.querySelectorAll(left)]
+        .filter(e => e !== bai && e.textContent.trim() && e.offsetParent !== null);
+    return {bai: text(bai), neighbours: others.map(text)};
+}"""
 #: Long enough for a container to start on a busy 2-core machine.
 WAIT = 120_000
 #: The lab's warm pools: one kept warm, one whose request can never fit (refused).
@@ -336,6 +351,36 @@ def test_a_failure_in_a_dialog_names_the_session_and_wraps(lab: Server, page: An
     assert page.evaluate(fits, body.element_handle())
     shots_light_and_dark(page, failed.locator(".jp-Dialog-content"), "dialog-failure")
     failed.locator("button.jp-mod-accept").click()
+
+
+def test_every_occupancy_bar_is_visible_at_the_default_sidebar_width(
+    lab: Server, page: Any
+) -> None:
+    """A track that leaves its text room but is itself seen, and a fill of a few pixels
+    for the smallest share held (not a fraction of a pixel)."""
+    agent = page.locator('.bai-Agent[data-agent-id="docker"]')
+    agent.wait_for(timeout=WAIT)
+    for bar in agent.locator(".bai-Bar").all():
+        track = bar.locator(".bai-Bar-track").bounding_box()
+        fill = bar.locator(".bai-Bar-fill").bounding_box()
+        held = int(bar.locator(".bai-Bar-track").get_attribute("aria-valuenow") or 0)
+        assert track["width"] >= 48, (bar.inner_text(), track)
+        assert not held or fill["width"] >= 3, (bar.inner_text(), fill)
+
+
+def test_ended_sessions_are_listed_by_when_they_ended(lab: Server, page: Any) -> None:
+    """Made first, ended last: it leads the ended ones (not the order they were made in)."""
+    later = time.time() + 86400  # queued until then: nothing to start
+    made = [
+        api(lab, "POST", "sessions", {"name": name, "starts_at": later})
+        for name in ("made-first", "made-second")
+    ]
+    for session in reversed(made):  # the second ends first
+        api(lab, "DELETE", f"sessions/{session['id']}")
+        wait_status(page, session["name"], "CANCELLED")
+    cards = page.locator(".bai-SessionList > li")
+    names = [n for n in cards.locator(".bai-Session-name").all_inner_texts() if "made-" in n]
+    assert names == ["made-first", "made-second"], names
 
 
 def pool_counts(pool: dict[str, Any]) -> str:
@@ -697,7 +742,16 @@ def test_open_a_notebook_on_a_new_session_and_the_dark_theme(lab: Server, page: 
     page.get_by_text("bai session nb | Idle").wait_for(timeout=WAIT)
     session = wait_status(page, "nb", "RUNNING")
     session.locator(".bai-Kernel", has_text="Untitled").wait_for(timeout=WAIT)
-    page.locator(".bai-StatusItem", has_text="bai: RUNNING").wait_for()
+    item = page.locator(".bai-StatusItem", has_text="bai: RUNNING")
+    item.wait_for()
+    # In line with its neighbours: the same text box (top and height) as theirs.
+    boxes = page.evaluate(STATUS_BOXES)
+    assert boxes["neighbours"] and all(
+        abs(box["top"] - boxes["bai"]["top"]) < 1
+        and abs(box["height"] - boxes["bai"]["height"]) < 1
+        for box in boxes["neighbours"]
+    ), boxes
+    shots_light_and_dark(page, page.locator("#jp-main-statusbar"), "statusbar")
     page.evaluate(
         "() => window.jupyterapp.commands.execute('apputils:change-theme',"
         " {theme: 'JupyterLab Dark'})"

@@ -272,6 +272,13 @@ def test_text_helpers() -> None:
         {**data, "status": "TERMINATED", "result": "SUCCESS", "exit_code": 0}
     )
     assert progress_line(row).endswith("✓ running → ✓ result: SUCCESS (exit code 0)")
+    # The phase says what happens in it, never "running (TERMINATING)".
+    running = SessionRow.from_json({**data, "status": "RUNNING"})
+    assert progress_line(running).endswith("✓ starting → ▶ running → · result")
+    ending = SessionRow.from_json({**data, "status": "TERMINATING"})
+    assert progress_line(ending).endswith("✓ starting → ▶ ending (TERMINATING) → · result")
+    starting = SessionRow.from_json({**data, "status": "PREPARING"})
+    assert "✓ queued → ▶ starting (PREPARING) → · running" in progress_line(starting)
 
 
 # --- against the server -------------------------------------------------------------------------
