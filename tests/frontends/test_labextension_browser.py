@@ -290,99 +290,6 @@ def test_the_dialog_checks_as_you_type_and_the_session_runs(lab: Server, page: A
     page.screenshot(path=str(SHOTS / "sidebar-light.png"))
 
 
-def test_an_agent_named_after_its_backend_is_not_named_twice(lab: Server, page: Any) -> None:
-    """The lab's one agent is ``docker`` on the docker backend: "docker · 1 kernel", never
-    "docker · docker · 1 kernel"."""
-    head = page.locator('.bai-Agent[data-agent-id="docker"] .bai-Agent-head')
-    head.wait_for(timeout=WAIT)
-    assert re.fullmatch(r"docker · \d+ kernels?", head.inner_text().strip()), head.inner_text()
-    agents = page.locator('section[aria-labelledby="bai-heading-agents"]')
-    shots_light_and_dark(page, agents, "agents-section")
-
-
-def test_the_dialog_shows_every_error_at_once_outlining_only_the_fields_at_fault(
-    lab: Server, page: Any
-) -> None:
-    """Three wrong fields: three messages at once, each slot named, only those inputs
-    outlined, and the dialog as wide as it was."""
-    dialog = fill_dialog(page, name="errors")
-    content = dialog.locator(".jp-Dialog-content")
-    accept = dialog.locator("button.jp-mod-accept")
-    page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
-    width = content.bounding_box()["width"]
-    dialog.locator("#bai-field-cluster_size").fill("0")
-    dialog.locator("#bai-field-cpu").fill("abc")
-    dialog.locator("#bai-field-mem").fill("-1")
-    resources = dialog.locator("#bai-msg-resources")
-    resources.filter(has_text="mem:").wait_for(timeout=30_000)
-    assert resources.inner_text().splitlines() == [
-        "cpu: cannot parse 'abc' as an amount",
-        "mem: amount must not be negative, got '-1'",
-    ]
-    size = dialog.locator("#bai-msg-cluster_size").inner_text()
-    assert size == "must be an integer from 1 to 64, got 0", size
-    faulty = dialog.locator("[aria-invalid='true']").evaluate_all("els => els.map(e => e.id)")
-    assert sorted(faulty) == ["bai-field-cluster_size", "bai-field-cpu", "bai-field-mem"]
-    border = "id => getComputedStyle(document.getElementById(id)).borderTopColor"
-    assert page.evaluate(border, "bai-field-cpu") != page.evaluate(border, "bai-field-gpu")
-    assert content.bounding_box()["width"] == width
-    assert accept.is_disabled()
-    shots_light_and_dark(page, content, "dialog-every-error")
-    dialog.locator("button.jp-mod-reject").click()
-
-
-def test_a_failure_in_a_dialog_names_the_session_and_wraps(lab: Server, page: Any) -> None:
-    """Interrupt a session that ended while the question was open: the failure names it
-    (no 32-character id) in lines that fit the dialog, no sideways scrolling."""
-    made = api(lab, "POST", "sessions", {"name": "gone", "resources": {"cpu": "0.25"}})
-    wait_status(page, "gone", "RUNNING")
-    card(page, "gone").locator(".bai-Button", has_text="Interrupt").click()
-    confirm = page.locator(".jp-Dialog", has_text="Interrupt gone?")
-    confirm.wait_for()
-    api(lab, "DELETE", f"sessions/{made['id']}")
-    wait_status(page, "gone", "TERMINATED")
-    confirm.locator("button.jp-mod-warn").click()
-    failed = page.locator(".jp-Dialog", has_text="Interrupt failed")
-    body = failed.locator(".bai-DialogError")
-    body.wait_for()
-    text = body.inner_text()
-    assert text == "session gone has ended (TERMINATED) (409 conflict)", text
-    fits = """e => [e, e.closest('.jp-Dialog-body')].every(n => n.scrollWidth <= n.clientWidth)"""
-    assert page.evaluate(fits, body.element_handle())
-    shots_light_and_dark(page, failed.locator(".jp-Dialog-content"), "dialog-failure")
-    failed.locator("button.jp-mod-accept").click()
-
-
-def test_every_occupancy_bar_is_visible_at_the_default_sidebar_width(
-    lab: Server, page: Any
-) -> None:
-    """A track that leaves its text room but is itself seen, and a fill of a few pixels
-    for the smallest share held (not a fraction of a pixel)."""
-    agent = page.locator('.bai-Agent[data-agent-id="docker"]')
-    agent.wait_for(timeout=WAIT)
-    for bar in agent.locator(".bai-Bar").all():
-        track = bar.locator(".bai-Bar-track").bounding_box()
-        fill = bar.locator(".bai-Bar-fill").bounding_box()
-        held = int(bar.locator(".bai-Bar-track").get_attribute("aria-valuenow") or 0)
-        assert track["width"] >= 48, (bar.inner_text(), track)
-        assert not held or fill["width"] >= 3, (bar.inner_text(), fill)
-
-
-def test_ended_sessions_are_listed_by_when_they_ended(lab: Server, page: Any) -> None:
-    """Made first, ended last: it leads the ended ones (not the order they were made in)."""
-    later = time.time() + 86400  # queued until then: nothing to start
-    made = [
-        api(lab, "POST", "sessions", {"name": name, "starts_at": later})
-        for name in ("made-first", "made-second")
-    ]
-    for session in reversed(made):  # the second ends first
-        api(lab, "DELETE", f"sessions/{session['id']}")
-        wait_status(page, session["name"], "CANCELLED")
-    cards = page.locator(".bai-SessionList > li")
-    names = [n for n in cards.locator(".bai-Session-name").all_inner_texts() if "made-" in n]
-    assert names == ["made-first", "made-second"], names
-
-
 def pool_counts(pool: dict[str, Any]) -> str:
     return (
         f"Claims {pool['claims']} · hits {pool['hits']} · misses {pool['misses']}"
@@ -1137,3 +1044,99 @@ def test_a_notebook_whose_session_died_says_it_restarted_on_a_new_session(
         page.screenshot(path=str(SHOTS / "notebook-session-died.png"))
     finally:
         page.evaluate(CLOSE_ALL)
+
+
+# --- words, sizes and order a person reads (issue 29) ------------------------------------------
+
+
+def test_an_agent_named_after_its_backend_is_not_named_twice(lab: Server, page: Any) -> None:
+    """The lab's one agent is ``docker`` on the docker backend: "docker · 1 kernel", never
+    "docker · docker · 1 kernel"."""
+    head = page.locator('.bai-Agent[data-agent-id="docker"] .bai-Agent-head')
+    head.wait_for(timeout=WAIT)
+    assert re.fullmatch(r"docker · \d+ kernels?", head.inner_text().strip()), head.inner_text()
+    agents = page.locator('section[aria-labelledby="bai-heading-agents"]')
+    shots_light_and_dark(page, agents, "agents-section")
+
+
+def test_the_dialog_shows_every_error_at_once_outlining_only_the_fields_at_fault(
+    lab: Server, page: Any
+) -> None:
+    """Three wrong fields: three messages at once, each slot named, only those inputs
+    outlined, and the dialog as wide as it was."""
+    dialog = fill_dialog(page, name="errors")
+    content = dialog.locator(".jp-Dialog-content")
+    accept = dialog.locator("button.jp-mod-accept")
+    page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
+    width = content.bounding_box()["width"]
+    dialog.locator("#bai-field-cluster_size").fill("0")
+    dialog.locator("#bai-field-cpu").fill("abc")
+    dialog.locator("#bai-field-mem").fill("-1")
+    resources = dialog.locator("#bai-msg-resources")
+    resources.filter(has_text="mem:").wait_for(timeout=30_000)
+    assert resources.inner_text().splitlines() == [
+        "cpu: cannot parse 'abc' as an amount",
+        "mem: amount must not be negative, got '-1'",
+    ]
+    size = dialog.locator("#bai-msg-cluster_size").inner_text()
+    assert size == "must be an integer from 1 to 64, got 0", size
+    faulty = dialog.locator("[aria-invalid='true']").evaluate_all("els => els.map(e => e.id)")
+    assert sorted(faulty) == ["bai-field-cluster_size", "bai-field-cpu", "bai-field-mem"]
+    border = "id => getComputedStyle(document.getElementById(id)).borderTopColor"
+    assert page.evaluate(border, "bai-field-cpu") != page.evaluate(border, "bai-field-gpu")
+    assert content.bounding_box()["width"] == width
+    assert accept.is_disabled()
+    shots_light_and_dark(page, content, "dialog-every-error")
+    dialog.locator("button.jp-mod-reject").click()
+
+
+def test_a_failure_in_a_dialog_names_the_session_and_wraps(lab: Server, page: Any) -> None:
+    """Interrupt a session that ended while the question was open: the failure names it
+    (no 32-character id) in lines that fit the dialog, no sideways scrolling."""
+    made = api(lab, "POST", "sessions", {"name": "gone", "resources": {"cpu": "0.25"}})
+    wait_status(page, "gone", "RUNNING")
+    card(page, "gone").locator(".bai-Button", has_text="Interrupt").click()
+    confirm = page.locator(".jp-Dialog", has_text="Interrupt gone?")
+    confirm.wait_for()
+    api(lab, "DELETE", f"sessions/{made['id']}")
+    wait_status(page, "gone", "TERMINATED")
+    confirm.locator("button.jp-mod-warn").click()
+    failed = page.locator(".jp-Dialog", has_text="Interrupt failed")
+    body = failed.locator(".bai-DialogError")
+    body.wait_for()
+    text = body.inner_text()
+    assert text == "session gone has ended (TERMINATED) (409 conflict)", text
+    fits = """e => [e, e.closest('.jp-Dialog-body')].every(n => n.scrollWidth <= n.clientWidth)"""
+    assert page.evaluate(fits, body.element_handle())
+    shots_light_and_dark(page, failed.locator(".jp-Dialog-content"), "dialog-failure")
+    failed.locator("button.jp-mod-accept").click()
+
+
+def test_every_occupancy_bar_is_visible_at_the_default_sidebar_width(
+    lab: Server, page: Any
+) -> None:
+    """A track that leaves its text room but is itself seen, and a fill of a few pixels
+    for the smallest share held (not a fraction of a pixel)."""
+    agent = page.locator('.bai-Agent[data-agent-id="docker"]')
+    agent.wait_for(timeout=WAIT)
+    for bar in agent.locator(".bai-Bar").all():
+        track = bar.locator(".bai-Bar-track").bounding_box()
+        fill = bar.locator(".bai-Bar-fill").bounding_box()
+        held = int(bar.locator(".bai-Bar-track").get_attribute("aria-valuenow") or 0)
+        assert track["width"] >= 48, (bar.inner_text(), track)
+        assert not held or fill["width"] >= 3, (bar.inner_text(), fill)
+
+
+def test_ended_sessions_are_listed_by_when_they_ended(lab: Server, page: Any) -> None:
+    """Made first, ended last: it leads the ended ones (not the order they were made in)."""
+    later = time.time() + 86400  # queued until then: nothing to start
+    made = [
+        api(lab, "POST", "sessions", {"name": name, "starts_at": later})
+        for name in ("made-first", "made-second")
+    ]
+    for session in reversed(made):  # the second ends first
+        api(lab, "DELETE", f"sessions/{session['id']}")
+        wait_status(page, session["name"], "CANCELLED")
+    cards = page.locator(".bai-SessionList > li")
+    names = [n for n in cards.locator(".bai-Session-name").all_inner_texts() if "made-" in n]
+    assert names == ["made-first", "made-second"], names
