@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from .client import RemoteManager
-from .errors import Forbidden, NotFound
+from .errors import Forbidden, NotFound, Unavailable
+from .loops import Backoff
 from .model import NOT_ENDED, STARTING, TERMINAL, ClusterMode, SessionType, Status
 from .request import SpecError, Template, merge, parse_spec, validate_partial
 from .resources import ResourceError, ResourceSlot
@@ -32,6 +33,7 @@ __all__ = [
     "check_request",
     "kernels_summary",
     "load_rows",
+    "pulling_text",
     "queue_positions",
     "why_pending",
 ]
@@ -57,6 +59,34 @@ def why_pending(session: Mapping[str, Any]) -> str | None:
         return None
     reason = session.get("pending_reason")
     return str(reason) if reason else None
+
+
+#: How each phase of an agent's image fetch reads (``status_data["pulling"]``).
+_PULL_PHASES = {
+    "waiting": "waiting",
+    "pulling": "pulling",
+    "copying": "copying",
+    "loading": "loading into the engine",
+    "done": "done",
+}
+
+
+def pulling_text(session: Mapping[str, Any]) -> str | None:
+    """While PULLING: each agent's fetch of the image, e.g. ``node2: copying from node1
+    43%``; ``loading`` once every byte is sent and the engine adds the layers."""
+    if session.get("status") != Status.PULLING.value:
+        return None
+    record = (session.get("status_data") or {}).get("pulling") or {}
+    parts = []
+    for agent, entry in (record.get("agents") or {}).items():
+        phase = str(entry.get("phase") or "")
+        text = f"{agent}: {_PULL_PHASES.get(phase, phase or 'fetching')}"
+        if phase in ("pulling", "copying") and entry.get("from") not in (None, "registry"):
+            text += f" from {entry['from']}"
+        if phase in ("pulling", "copying") and "progress" in entry:
+            text += f" {int(100 * float(entry['progress']))}%"
+        parts.append(text)
+    return f"image {record.get('image', '?')}: " + ", ".join(parts) if parts else None
 
 
 def queue_positions(groups: Mapping[str, Any]) -> dict[str, int]:
@@ -102,6 +132,7 @@ class SessionRow:
     created_at: float
     why_pending: str | None = None
     queue_position: int | None = None
+    pulling: str | None = None
     services: list[dict[str, Any]] = field(default_factory=list)
     #: The API's session JSON the row was made from (what ``%bai status --text`` prints).
     data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -122,6 +153,7 @@ class SessionRow:
             exit_code=data.get("exit_code"),
             created_at=float(data.get("created_at", 0)),
             why_pending=why_pending(data),
+            pulling=pulling_text(data),
             services=list(data.get("services") or []),
             data=dict(data),
         )
@@ -195,6 +227,8 @@ class SessionsModel:
         row.kernels = dict(event.get("kernels") or row.kernels)
         if row.phase != "queued":
             row.queue_position = row.why_pending = None
+        if row.status != Status.PULLING.value:
+            row.pulling = None
         self._changed()
         return True
 
@@ -218,12 +252,19 @@ class SessionsModel:
         return rows if all_states else [r for r in rows if not r.ended]
 
 
+#: Reopenings in a row of a cut event stream before the live view stops (about 14 s).
+_TRIES = 5
+
+
 class LiveSessions:
     """Feeds a :class:`SessionsModel` from the server's event stream until cancelled.
 
     Each event updates the row at once, then the session is re-read for what
     events do not carry (why it is pending, services, result) and, while
-    anything is pending, the queue positions. Nothing is polled.
+    anything is pending, the queue positions. Nothing is polled. A stream that is
+    cut (its manager replica went, the server restarts) is reopened after its last
+    event (``since``): the store replays what happened meanwhile; it stops only once
+    ``_TRIES`` reopenings in a row failed.
     """
 
     def __init__(self, remote: RemoteManager, model: SessionsModel) -> None:
@@ -234,8 +275,20 @@ class LiveSessions:
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
         async def listen() -> None:
-            async for event in self.remote.events():
-                events.put_nowait(event)
+            since: int | None = None
+            backoff = Backoff(0.5, 4.0)
+            while True:
+                try:
+                    async for event in self.remote.events(since):
+                        backoff.reset()
+                        if isinstance(event.get("seq"), int):
+                            since = event["seq"]
+                        events.put_nowait(event)
+                    return  # the server closed the stream: it stops
+                except Unavailable:
+                    if backoff.failures >= _TRIES:
+                        raise
+                    await asyncio.sleep(backoff.failed())
 
         listener = asyncio.ensure_future(listen())
         getter: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(events.get())
@@ -275,11 +328,16 @@ class LiveSessions:
             return session_to_json(listed[0]) if listed else None
 
     async def _on_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "reset":  # what was missed is gone from the store
+            await self._reload()
+            return
         self.model.apply_event(event)
-        if (session := await self._read(str(event["session_id"]))) is not None:
-            self.model.update(session)
-        if self.model.pending:
-            self.model.set_queue(await self.remote.queue())
+        # Unavailable: the server went with the stream; the replay after it is back reads.
+        with contextlib.suppress(Unavailable):
+            if (session := await self._read(str(event["session_id"]))) is not None:
+                self.model.update(session)
+            if self.model.pending:
+                self.model.set_queue(await self.remote.queue())
 
 
 # --- the launcher's logic -----------------------------------------------------------------------

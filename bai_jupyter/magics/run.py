@@ -49,7 +49,8 @@ def progress_line(row: SessionRow) -> str:
             ok = row.result == "SUCCESS"
             marks.append(f"{'✓' if ok else '✗'} result: {row.outcome}")
         elif phase == "starting":
-            marks.append(f"▶ starting ({row.status})")
+            status = f"{row.status}: {row.pulling}" if row.pulling else row.status
+            marks.append(f"▶ starting ({status})")
         elif row.status == Status.RUNNING.value:
             marks.append("▶ running")
         else:  # on its way out (TERMINATING) or back (RESTARTING): not "running (…)"

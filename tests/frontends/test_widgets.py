@@ -7,7 +7,7 @@ import html
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +361,98 @@ def test_live_model_shows_the_queue_position_and_why(server: Server) -> None:
         finally:
             feed.cancel()
             await asyncio.gather(feed, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+class _Link:
+    """A TCP forwarder to ``port`` that the test can cut: open connections are closed and
+    new ones refused until it is mended (a manager replica that goes, then comes back)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.server: asyncio.Server | None = None
+        self.listen_port = 0
+        self.pipes: set[asyncio.StreamWriter] = set()
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.listen_port)
+        self.listen_port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.pipes |= {writer, up_writer}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+    async def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+        for pipe in self.pipes:
+            pipe.close()
+        self.pipes.clear()
+
+
+class _Recording(SessionsModel):
+    """A model that remembers the status of every event it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def apply_event(self, event: Mapping[str, Any]) -> bool:
+        self.seen.append(str(event.get("status")))
+        return super().apply_event(event)
+
+
+@pytest.mark.docker
+def test_a_live_view_whose_stream_is_cut_resumes_and_misses_nothing(server: Server) -> None:
+    """Its server (a replica behind a load balancer) goes away for a moment while a
+    session starts and ends: the view reconnects after its last event and shows the end,
+    and every state the session passed through reached the model."""
+
+    async def scenario() -> None:
+        link = _Link(int(server.url.rsplit(":", 1)[1].strip("/")))
+        await link.open()
+        remote = RemoteManager(f"http://127.0.0.1:{link.listen_port}/", server.token)
+        model = _Recording()
+        changed = asyncio.Event()
+        model.on_change(changed.set)
+        feed = asyncio.ensure_future(LiveSessions(remote, model).run())
+        direct = server.client()
+        try:
+            await asyncio.wait_for(changed.wait(), 60)  # the first listing
+            made = await direct.create({"resources": SMALL_SLOTS})
+            while made.id not in model.rows:
+                changed.clear()
+                await asyncio.wait_for(changed.wait(), 60)
+            await link.cut()
+            await direct.wait_for(made.id, {Status.RUNNING}, timeout=120)
+            await direct.destroy(made.id)
+            await asyncio.sleep(1.0)  # the view has tried and failed to reconnect
+            assert not feed.done()
+            await link.open()
+            while "TERMINATED" not in model.seen:  # replayed, not only read again
+                changed.clear()
+                await asyncio.wait_for(changed.wait(), 30)
+            assert {"RUNNING", "TERMINATING"} <= set(model.seen), model.seen
+            assert model.rows[made.id].status == "TERMINATED"
+            assert not feed.done()
+        finally:
+            feed.cancel()
+            await asyncio.gather(feed, return_exceptions=True)
+            await link.cut()
 
     asyncio.run(scenario())
 
