@@ -134,6 +134,8 @@ class SessionRow:
     queue_position: int | None = None
     pulling: str | None = None
     services: list[dict[str, Any]] = field(default_factory=list)
+    #: The API's session JSON the row was made from (what ``%bai status --text`` prints).
+    data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SessionRow:
@@ -153,6 +155,7 @@ class SessionRow:
             why_pending=why_pending(data),
             pulling=pulling_text(data),
             services=list(data.get("services") or []),
+            data=dict(data),
         )
 
     @property

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from bai_jupyter.sessions_model import (
     queue_positions,
     why_pending,
 )
+from bai_jupyter.text import cluster_text
 from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionCard, SessionsView, live_view
 
 
@@ -164,6 +168,44 @@ def test_launcher_validates_as_you_type() -> None:
     assert "startup_command: required" in launcher.message.value
     launcher.startup_command.value = "python train.py"
     assert not launcher.create.disabled
+
+
+def test_launcher_offers_the_session_types_the_labextension_dialog_offers() -> None:
+    dialog = (Path(__file__).parents[2] / "labextension" / "src" / "dialog.ts").read_text()
+    offered = re.findall(r"\['(\w+)', '\1 \(", dialog)
+    launcher = Launcher(RemoteManager("http://127.0.0.1:9/"), LoopThread(), [])
+    assert list(launcher.type.options) == offered == ["interactive", "batch", "system"]
+
+
+def full_session(sid: str, image: str = "bai-kernel:test") -> dict[str, Any]:
+    """A running session as ``GET sessions/{id}`` gives it, with what ``--text`` prints."""
+    data = session_json(sid, "RUNNING", name="train")
+    data["spec"].update(image=image, cluster_mode="single-node", resource_group="default")
+    data["kernels"] = [
+        {"hostname": "main1", "role": "main", "status": "RUNNING", "slots": {"cpu": "1"}}
+    ]
+    return data
+
+
+def test_status_widget_shows_what_its_text_form_prints() -> None:
+    """``%bai status SESSION``'s card holds ``--text``'s lines; a local session's image is
+    no part of it (its kernels are processes); the view of all says the counts line."""
+    remote, runner = RemoteManager("http://127.0.0.1:9/"), LoopThread()
+    row = SessionRow.from_json(full_session("a" * 32))
+    docker = [{"id": "docker", "backend": "docker", "resource_group": "default"}]
+    card = SessionCard(row, remote, runner, agents=docker)
+    text = cluster_text(remote, row.data)
+    assert html.unescape(card.detail.value) == f"<pre>{text}</pre>"
+    assert "· single-node · image bai-kernel:test" in text and "main1  main" in text
+    local = [{"id": "local", "backend": "local", "resource_group": "default"}]
+    assert "image" not in SessionCard(row, remote, runner, agents=local).detail.value
+
+    view = SessionsView(remote, runner)  # nothing answers there: only the recorded rows
+    try:
+        view.model.load([full_session("a" * 32), session_json("b" * 32)], QUEUE)
+        assert view.counts.value == "2 live session(s), 1 pending"
+    finally:
+        view.close()
 
 
 class _Ends:
@@ -312,7 +354,7 @@ def test_live_model_shows_the_queue_position_and_why(server: Server) -> None:
             await until(lambda: model.rows.get(second.id) is not None)
             waiting = model.rows[second.id]
             await until(lambda: waiting.queue_position == 1 and waiting.why_pending is not None)
-            assert f"waiting for {first.id}" in (waiting.why_pending or "")
+            assert f"waiting for session {first.id[:8]} (" in (waiting.why_pending or "")
             await remote.destroy(first.id)
             await until(lambda: model.rows[second.id].status == "CANCELLED")
             assert model.rows[second.id].outcome == "CANCELLED (dependency-failed)"
