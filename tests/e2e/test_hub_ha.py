@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -211,6 +212,40 @@ async def test_the_api_and_a_cut_event_stream_resume_through_haproxy_missing_not
         if not victim.alive:
             victim.start()
             await asyncio.to_thread(wait_serving, victim)
+
+
+def test_a_browser_signed_in_on_a_killed_replica_stays_signed_in_on_the_other(
+    ha: HaHub, browser: Any
+) -> None:
+    """OAuth through the Hub and HAProxy: the browser keeps to one replica (HAProxy's
+    cookie); when that one is killed, the other takes its requests and knows the sign-in
+    (one cookie secret): no new sign-in, no redirect."""
+    page = browser.new_page()
+    page.goto(f"{ha.hub.url}hub/login")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "any")
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_url("**/user/alice/**", timeout=60_000)
+    api = f"{ha.hub.service_url()}bai/api/v1/sessions"
+    page.goto(f"{ha.hub.service_url()}login?next={urlsplit(api).path}")
+    page.wait_for_url(api, timeout=60_000)
+    answered = set()
+    for _ in range(4):
+        reply = page.goto(api)
+        assert reply is not None and reply.status == 200, page.content()[:500]
+        answered.add(reply.headers[REPLICA_HEADER.lower()])
+    (kept,) = answered  # one replica for the browser
+    victim = ha.replica(kept)
+    victim.kill()
+    try:
+        reply = page.goto(api)
+        assert reply is not None and reply.status == 200, page.content()[:500]
+        assert reply.request.redirected_from is None  # no new sign-in on the other replica
+        assert reply.headers[REPLICA_HEADER.lower()] != kept
+        assert all(s["owner"] == "alice" for s in json.loads(page.inner_text("body"))["sessions"])
+    finally:
+        victim.start()
+        wait_serving(victim)
 
 
 def _store_id(store_url: str) -> str:

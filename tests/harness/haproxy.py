@@ -7,7 +7,8 @@ test as its own processes (so it can ``kill -9`` one and start it again on the
 same port), each with the environment the Hub gives a managed service and one
 shared cookie secret (OAuth works whichever replica a browser reaches).
 HAProxy from Debian (``scripts/_env.sh`` installs it) balances round-robin,
-checks each replica's health every 0.5 s and keeps event streams open.
+keeps a browser on one replica (a cookie), checks each replica's health every
+0.5 s and keeps event streams open.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ REPLICA_HEADER = "X-Bai-Replica"
 def haproxy_config(port: int, replicas: dict[str, int]) -> str:
     """An HAProxy config for ``replicas`` (name → port) on 127.0.0.1, listening on ``port``:
     the one the guide shows, with this run's ports."""
-    servers = "\n".join(f"    server {name} 127.0.0.1:{at} check" for name, at in replicas.items())
+    servers = "\n".join(
+        f"    server {name} 127.0.0.1:{at} check cookie {name}" for name, at in replicas.items()
+    )
     return f"""\
 global
     maxconn 4096
@@ -76,6 +79,9 @@ backend bai_replicas
     # any answer but a 5xx: the replica serves (without credentials the API answers 403)
     http-check expect rstatus ^[234]
     default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
+    # a browser stays on one replica (the Hub's OAuth keeps a sign-in's state in the
+    # process that began it); token clients carry no such cookie and are balanced
+    cookie bai_replica insert indirect nocache httponly
     http-response set-header {REPLICA_HEADER} %s
 {servers}
 """
@@ -253,6 +259,7 @@ def start_ha_hub(state: Path, store_url: str, manager_config: str = "", count: i
     shared = write_manager_config(
         state,
         manager_config + f"c.ManagerService.cookie_secret_file = {str(secret)!r}\n",
+        name="bai_manager_replicas.py",  # not the Hub's own (start_hub writes that one)
     )
     hub_port, api_port = free_port(), free_port()
     # The sample's service entry, made external: the Hub starts nothing; its URL (from

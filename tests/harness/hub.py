@@ -154,11 +154,13 @@ def _kernelspecs(share: Path) -> None:
         (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-def write_manager_config(state: Path, manager_config: str = "") -> Path:
+def write_manager_config(
+    state: Path, manager_config: str = "", name: str = "bai_manager_config.py"
+) -> Path:
     """The sample service config as it is (its store URL comes from BAI_MANAGER_STORE_URL),
     then this run's folders and the test's own settings: the file the service reads."""
     state.mkdir(parents=True, exist_ok=True)
-    manager_conf = state / "bai_manager_config.py"
+    manager_conf = state / name
     manager_conf.write_text(
         f"load_subconfig({str(MANAGER_SAMPLE)!r})\n"
         "c.BaiSessionManager.data_folders_root = "
