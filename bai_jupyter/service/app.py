@@ -200,13 +200,15 @@ class ManagerService(BaiCommand, ApiHost):
         app = self.make_app()
         server = HTTPServer(app, xheaders=True)
         port = self._port()
-        server.listen(port, self.ip)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         try:
             await self.start_manager(app.settings, port)
+            # Listen only now: a load balancer (or the Hub's proxy) sends nothing to a
+            # replica still starting, whose every answer would be a 503.
+            server.listen(port, self.ip)
             print(f"bai-jupyter manager: serving {self.own_url()}", flush=True)
             await stop.wait()
         except ManagerStartFailed:

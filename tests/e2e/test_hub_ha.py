@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from conftest import postgres_database
 from harness.haproxy import PREFIX, REPLICA_HEADER, HaHub, RawEvents, running_ha_hub, wait_serving
 from harness.pg import Postgres, running_postgres
+from tornado.httpclient import AsyncHTTPClient
 
 from bai_jupyter.kernel_plan import LABEL_SCOPE, LABEL_SESSION
 from bai_jupyter.model import Session, Status
@@ -212,6 +213,40 @@ async def test_the_api_and_a_cut_event_stream_resume_through_haproxy_missing_not
         if not victim.alive:
             victim.start()
             await asyncio.to_thread(wait_serving, victim)
+
+
+async def test_a_restarting_replica_answers_nothing_before_it_can_serve(ha: HaHub) -> None:
+    """A replica killed and started again opens its port only once its manager has started:
+    a health check that finds it listening may send it requests (no 503 'not started')."""
+    replica = ha.replicas[-1]
+    headers = {"Authorization": f"token {ha.hub.tokens['bob']}"}
+    client = AsyncHTTPClient()
+    replica.kill()
+    replica.start()
+    codes: list[int] = []
+    deadline = time.monotonic() + 90
+    while not codes or codes[-1] != 200:
+        assert time.monotonic() < deadline, f"{replica.name} never served:\n{replica.tail()}"
+        assert replica.alive, replica.tail()
+        try:
+            reply = await client.fetch(
+                f"{replica.url}bai/api/v1/sessions", headers=headers, raise_error=False
+            )
+            codes.append(reply.code)
+        except OSError:
+            pass  # not listening yet
+        await asyncio.sleep(0.02)
+    assert set(codes) == {200}, (codes, replica.tail())
+    # ... and HAProxy's health check takes it back: both serve again.
+    url = f"{ha.haproxy.url}{PREFIX}bai/api/v1/sessions"
+    seen: set[str] = set()
+
+    async def both() -> bool:
+        reply = await client.fetch(url, headers=headers)
+        seen.add(reply.headers[REPLICA_HEADER])
+        return seen == {r.name for r in ha.replicas}
+
+    await _until("HAProxy sends requests to both replicas", both, ha, timeout=30)
 
 
 def test_a_browser_signed_in_on_a_killed_replica_stays_signed_in_on_the_other(
