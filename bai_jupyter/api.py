@@ -163,6 +163,11 @@ class SessionsAPI(Protocol):
         """Per resource group: its scheduler settings and pending queue in the next pass's order."""
         ...
 
+    async def leader(self) -> dict[str, Any]:
+        """``replica``: the manager process that answers; ``leader``: the store's lease
+        (``{"replica", "epoch", "expires_in"}``), whose holder schedules."""
+        ...
+
     async def pools(self) -> list[dict[str, Any]]:
         """The warm pools: size, limits, warm and starting sessions, claim/hit/miss counts."""
         ...

@@ -313,8 +313,7 @@ class RemoteManager:
 
     async def create_endpoint(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """A new endpoint; its minimum of replicas starts (Conflict if the name is taken)."""
-        reply: dict[str, Any] = await self._call("POST", "endpoints", dict(request))
-        return reply
+        return dict(await self._call("POST", "endpoints", dict(request)))
 
     async def list_endpoints(self, everyone: bool = False) -> builtins.list[dict[str, Any]]:
         """The caller's endpoints by name (``everyone``: all users', for an admin)."""
@@ -324,8 +323,7 @@ class RemoteManager:
 
     async def get_endpoint(self, name: str) -> dict[str, Any]:
         """An endpoint: its settings, replicas, load and scaling decisions."""
-        reply: dict[str, Any] = await self._call("GET", _path("endpoints", name))
-        return reply
+        return dict(await self._call("GET", _path("endpoints", name)))
 
     async def update_endpoint(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Change settings; a new replica request rolls out replica by replica."""
@@ -334,20 +332,20 @@ class RemoteManager:
 
     async def delete_endpoint(self, name: str) -> dict[str, Any]:
         """Remove an endpoint; its replicas end."""
-        reply: dict[str, Any] = await self._call("DELETE", _path("endpoints", name))
-        return reply
+        return dict(await self._call("DELETE", _path("endpoints", name)))
 
     async def agents(self) -> builtins.list[dict[str, Any]]:
         """Each agent's capacity, occupied slots and kernels."""
-        reply = await self._call("GET", "agents")
-        found: builtins.list[dict[str, Any]] = reply["agents"]
-        return found
+        return list((await self._call("GET", "agents"))["agents"])
 
     async def queue(self) -> dict[str, Any]:
         """Per resource group: its settings and pending queue in order, with why each waits."""
+        return dict((await self._call("GET", "scheduler"))["resource_groups"])
+
+    async def leader(self) -> dict[str, Any]:
+        """Which manager replica answered (``replica``) and which leads (``leader``)."""
         reply = await self._call("GET", "scheduler")
-        groups: dict[str, Any] = reply["resource_groups"]
-        return groups
+        return {key: reply[key] for key in ("replica", "leader") if key in reply}
 
     async def pools(self) -> builtins.list[dict[str, Any]]:
         """The warm pools: size, limits, warm and starting sessions, claim counts."""

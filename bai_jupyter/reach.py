@@ -6,7 +6,9 @@ In this order: the manager a bai server extension registered in this process
 shared default store, on an event-loop thread of its own, whose scheduling loop
 and engine watcher keep running whatever the caller's loop does (``run_sync``
 front ends such as ``jupyter console`` and nbclient run theirs only while they
-wait). Every path gives the same :class:`~bai_jupyter.api.SessionsAPI`.
+wait). Every path gives the same :class:`~bai_jupyter.api.SessionsAPI`. The
+embedded manager also serves its kernels' API (``server.embedded``), so ``%bai``
+works in them as under a server.
 
 A session a kernel of this process launched on the embedded manager ends with
 the process (``user-requested``) unless the kernel's shutdown ended it first:
@@ -47,22 +49,27 @@ _EMBEDDED_STOP_TIMEOUT = 30.0
 
 
 class _Embedded:
-    """This process's own manager, started on a loop thread of its own."""
+    """This process's own manager, started on a loop thread of its own, with its kernels'
+    API (``server.embedded``: ``%bai`` in those kernels needs no server)."""
 
     def __init__(self, config: Config) -> None:
         from .manager import BaiSessionManager
+        from .server.embedded import EmbeddedHost
 
         self.thread = LoopThread("bai-jupyter-embedded-manager")
-        self.manager: BaiSessionManager = BaiSessionManager(config=config)
-        self.started = self.thread.submit(self.manager.start())
+        self.host = EmbeddedHost(config=config)
+        self.manager: BaiSessionManager = BaiSessionManager(parent=self.host)
+        self.host.manager = self.manager
+        self.started = self.thread.submit(self.host.start())
         #: Sessions this process's kernels launched here and still hold: ended at exit.
         self.held: set[str] = set()
 
     def stop(self) -> None:
-        """End the sessions still held, stop the manager (others keep running), then the loop."""
+        """End the sessions still held, stop the kernels' API and the manager (others keep
+        running), then the loop."""
         if self.started.done() and self.started.exception() is None:
             self.thread.submit(self._end_held()).result(_EMBEDDED_STOP_TIMEOUT)
-            self.thread.submit(self.manager.stop()).result(_EMBEDDED_STOP_TIMEOUT)
+            self.thread.submit(self.host.stop()).result(_EMBEDDED_STOP_TIMEOUT)
         self.thread.stop(_EMBEDDED_STOP_TIMEOUT)
 
     async def _end_held(self) -> None:
@@ -99,11 +106,12 @@ async def _embedded_sessions(config: Config, owner: str) -> SessionsAPI:
         embedded = _embedded
     try:
         await asyncio.wrap_future(embedded.started)
-    except Exception as exc:
+    except Exception as failed:
+        exc = failed.__cause__ or failed  # ManagerStartFailed: its cause says why
         # Dropped, so that the next launch tries again (e.g. once the store is fixed).
         await asyncio.to_thread(stop_embedded_manager, embedded)
         if isinstance(exc, BaiError):
-            raise
+            raise exc from None
         raise Unavailable(f"the embedded bai-jupyter session manager did not start: {exc}") from exc
     return ScopedManager(embedded.manager, owner, thread=embedded.thread)
 

@@ -32,6 +32,7 @@ __all__ = [
     "check_request",
     "kernels_summary",
     "load_rows",
+    "pulling_text",
     "queue_positions",
     "why_pending",
 ]
@@ -57,6 +58,34 @@ def why_pending(session: Mapping[str, Any]) -> str | None:
         return None
     reason = session.get("pending_reason")
     return str(reason) if reason else None
+
+
+#: How each phase of an agent's image fetch reads (``status_data["pulling"]``).
+_PULL_PHASES = {
+    "waiting": "waiting",
+    "pulling": "pulling",
+    "copying": "copying",
+    "loading": "loading into the engine",
+    "done": "done",
+}
+
+
+def pulling_text(session: Mapping[str, Any]) -> str | None:
+    """While PULLING: each agent's fetch of the image, e.g. ``node2: copying from node1
+    43%``; ``loading`` once every byte is sent and the engine adds the layers."""
+    if session.get("status") != Status.PULLING.value:
+        return None
+    record = (session.get("status_data") or {}).get("pulling") or {}
+    parts = []
+    for agent, entry in (record.get("agents") or {}).items():
+        phase = str(entry.get("phase") or "")
+        text = f"{agent}: {_PULL_PHASES.get(phase, phase or 'fetching')}"
+        if phase in ("pulling", "copying") and entry.get("from") not in (None, "registry"):
+            text += f" from {entry['from']}"
+        if phase in ("pulling", "copying") and "progress" in entry:
+            text += f" {int(100 * float(entry['progress']))}%"
+        parts.append(text)
+    return f"image {record.get('image', '?')}: " + ", ".join(parts) if parts else None
 
 
 def queue_positions(groups: Mapping[str, Any]) -> dict[str, int]:
@@ -102,6 +131,7 @@ class SessionRow:
     created_at: float
     why_pending: str | None = None
     queue_position: int | None = None
+    pulling: str | None = None
     services: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -120,6 +150,7 @@ class SessionRow:
             exit_code=data.get("exit_code"),
             created_at=float(data.get("created_at", 0)),
             why_pending=why_pending(data),
+            pulling=pulling_text(data),
             services=list(data.get("services") or []),
         )
 
@@ -192,6 +223,8 @@ class SessionsModel:
         row.kernels = dict(event.get("kernels") or row.kernels)
         if row.phase != "queued":
             row.queue_position = row.why_pending = None
+        if row.status != Status.PULLING.value:
+            row.pulling = None
         self._changed()
         return True
 

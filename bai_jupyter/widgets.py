@@ -208,6 +208,8 @@ class SessionCard(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
         state = row.status if not row.ended else row.outcome
         if row.why_pending:
             state += f" — #{row.queue_position or '?'} in the queue: {row.why_pending}"
+        if row.pulling:
+            state += f" — {row.pulling}"
         self.info.value = (
             f"<b>{html.escape(row.label)}</b> {html.escape(row.type)} · "
             f"{html.escape(state)}<br>kernels: {html.escape(kernels_summary(row.kernels))} · "
@@ -243,7 +245,9 @@ def _table_html(rows: list[SessionRow]) -> str:
         cells = (
             row.label,
             row.type,
-            row.outcome if row.ended else row.status,
+            row.outcome
+            if row.ended
+            else (f"{row.status}: {row.pulling}" if row.pulling else row.status),
             str(row.queue_position or ""),
             row.why_pending or "",
             kernels_summary(row.kernels),

@@ -85,6 +85,9 @@ class KernelEvent:
     #: ``{"oom_killed": True}`` when the kernel died of its memory limit,
     #: ``{"agent_stopped": True}`` when it was stopped with its agent (a clean engine stop).
     detail: dict[str, Any] = field(default_factory=dict)
+    #: The container it happened to, where the agent knows it: a kernel started again
+    #: (a new leader's take-over) is not the one an event about its old container means.
+    container_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ import abc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .image_bytes import ImageBytes
+
 __all__ = ["ImageInfo", "MultiNodeAgent", "Progress", "SwarmNode", "copy_image"]
 
 #: ``progress(done, total)`` in bytes (``total`` 0: unknown); called from a worker thread.
@@ -107,22 +109,31 @@ class MultiNodeAgent(abc.ABC):
 
 
 async def copy_image(
-    source: MultiNodeAgent, target: MultiNodeAgent, image: str, progress: Progress
+    source: MultiNodeAgent,
+    target: MultiNodeAgent,
+    image: str,
+    progress: Progress,
+    loading: Callable[[], None],
 ) -> None:
     """Stream ``image`` from one agent's engine into another's: one thread reads the
-    source's save stream chunk by chunk while the target loads it (no file in between)."""
+    source's save stream chunk by chunk while the target loads it (no file in between).
+
+    ``progress(done, total)`` counts in the image's size on the source, fixed before the
+    first chunk (see :mod:`.image_bytes`), so done never passes total; ``loading()`` is
+    called once every byte is sent, while the target still adds the layers (seconds)."""
     info = await source.image_info(image)
     total = info.size if info is not None else 0
     chunks = await source.export_image(image)
-    done = 0
+    counter = ImageBytes()
+    progress(0, total)
 
     def counted() -> Iterator[bytes]:
-        nonlocal done
         try:
             for chunk in chunks:
-                done += len(chunk)
-                progress(done, max(total, done))
+                counter.feed(chunk)
+                progress(min(counter.counted, total) if total else counter.counted, total)
                 yield chunk
+            loading()  # the consumer asked past the last chunk: all of it was sent
         finally:
             close = getattr(chunks, "close", None)
             if close is not None:

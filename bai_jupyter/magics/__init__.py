@@ -5,7 +5,8 @@ The magics talk to the session manager of a Jupyter server over its REST API
 ``BAI_JUPYTER_TOKEN`` when set (the server extension gives every kernel it starts
 them), else
 the Jupyter server this kernel was started by, from its runtime file. Inside a
-bai kernel they know their own session from ``BACKENDAI_SESSION_ID``.
+bai kernel they know their own session from ``BACKENDAI_SESSION_ID``. Where no
+manager answers, the magic raises :class:`NoManager`: the cell stops with one line.
 
 Magics are synchronous, but an ipykernel already runs an event loop on the
 main thread, so every coroutine runs on a private loop in a daemon thread
@@ -19,11 +20,12 @@ from typing import Any
 
 from ..text import format_table
 from .commands import BaiMagics, command_help, overview
-from .connect import find_manager, own_session
+from .connect import NoManager, find_manager, own_session
 from .run import RunResult, batch_request, progress_line, split_command, user_output
 
 __all__ = [
     "BaiMagics",
+    "NoManager",
     "RunResult",
     "batch_request",
     "command_help",

@@ -27,7 +27,7 @@ from ..text import (
     sessions_table,
 )
 from ..wire import session_to_json
-from .connect import _LOOP, find_manager, own_session
+from .connect import _LOOP, NoManager, find_manager, own_session
 from .ipython import argument, display, magic_arguments, parse_argstring, pretty
 from .on_hosts import run_on_hosts
 from .run import RunResult, batch_request, follow, progress_line, split_command
@@ -67,6 +67,8 @@ class BaiMagics(Magics):
             )
         try:
             return handler(rest) if cell is None else handler(rest, cell)
+        except Unavailable as exc:
+            raise NoManager(exc.message) from None
         except (BaiError, SpecError) as exc:
             print(f"bai: {getattr(exc, 'message', exc)}", file=sys.stderr)
             return None
@@ -179,7 +181,7 @@ class BaiMagics(Magics):
         kernel; its own part runs here), output labelled per host, failures per host."""
         args = parse_argstring(self._exec, line)
         if own_session() is None:
-            raise Unavailable(
+            raise InvalidRequest(
                 "%%bai exec needs a cluster session: run it in a notebook whose kernel is a "
                 "bai session (BACKENDAI_SESSION_ID is not set here)"
             )

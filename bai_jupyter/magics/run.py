@@ -48,7 +48,8 @@ def progress_line(row: SessionRow) -> str:
             ok = row.result == "SUCCESS"
             marks.append(f"{'✓' if ok else '✗'} result: {row.outcome}")
         else:
-            marks.append(f"▶ {phase} ({row.status})")
+            status = f"{row.status}: {row.pulling}" if row.pulling else row.status
+            marks.append(f"▶ {phase} ({status})")
     return f"session {row.label}: " + " → ".join(marks)
 
 

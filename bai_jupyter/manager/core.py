@@ -101,6 +101,8 @@ class Core:
         self.tasks: set[asyncio.Task[Any]] = set()
         #: The long-running loops among them (cancelled on stop, and awaited).
         self.loops: set[asyncio.Task[Any]] = set()
+        #: The loops only the store's leader runs (cancelled when it stops leading).
+        self.leading: set[asyncio.Task[Any]] = set()
         #: Set to ask for a scheduling pass now (the scheduling loop waits on it).
         self.wakeup = asyncio.Event()
         #: The follower of the store's change log, and its PostgreSQL listener.
@@ -115,18 +117,24 @@ class Core:
 
     # --- tasks and the scheduler's wake-up ---------------------------------------------------
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], loop: bool = False) -> asyncio.Task[Any]:
-        """Run ``coro`` in the background; its failure is logged, never lost."""
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], loop: bool = False, leading: bool = False
+    ) -> asyncio.Task[Any]:
+        """Run ``coro`` in the background; its failure is logged, never lost. ``leading``:
+        a loop of the store's leader (a loop, ended when this process stops leading)."""
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
         self.tasks.add(task)
-        if loop:
+        if loop or leading:
             self.loops.add(task)
+        if leading:
+            self.leading.add(task)
         task.add_done_callback(self._done)
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
         self.loops.discard(task)
+        self.leading.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.log.error("bai-jupyter: background task failed", exc_info=task.exception())
 
@@ -159,12 +167,15 @@ class Core:
             raise Unavailable("the session manager is not started")
         return self.store
 
-    async def db(self, fn: Callable[[Transaction], T], write: bool = True) -> T:
-        """Run ``fn(tx)`` in a write (or read-only) transaction, in a thread."""
+    async def db(
+        self, fn: Callable[[Transaction], T], write: bool = True, serial: bool = True
+    ) -> T:
+        """Run ``fn(tx)`` in a write (or read-only) transaction, in a thread (``serial``:
+        see :meth:`Store.write`)."""
         store = self.require_store()
 
         def run() -> T:
-            with store.write() if write else store.read() as tx:
+            with store.write(serial) if write else store.read() as tx:
                 return fn(tx)
 
         return await asyncio.to_thread(run)

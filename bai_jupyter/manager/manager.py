@@ -12,6 +12,7 @@ reconciles every session. Nothing here blocks the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -28,6 +29,7 @@ from ..store import Store, Transaction
 from .core import Core, find_kernel
 from .endpoints.replicas import ReplicaKeeper
 from .endpoints.service import Endpoints
+from .leader import Leadership, write_notes
 from .lifecycle.start_stop import Lifecycle
 from .pools.claims import PoolClaims
 from .pools.config import parse_pools
@@ -99,6 +101,7 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.retention = Retention(self.core, self)
         self.replicas = ReplicaKeeper(self.core, self.launcher, self.lifecycle, parent=self)
         self.endpoints = Endpoints(self.core, self.replicas, self.launcher)
+        self.leadership = Leadership(self.core, self, self._lead)
         #: Host listeners (address, port) kernels may reach (see allow_host_ports).
         self._host_ports: list[tuple[str, int]] = []
         self._started = False
@@ -135,27 +138,39 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
                 agent.id, capacity, resource_group=agent.resource_group, backend=agent.backend
             )
             await core.db(partial(Transaction.put_agent, agent=record))
-        await self.reconciler.reconcile()
         await self.allow_host_ports([])  # kernels reach nothing on the host until told
-        for agent in core.agents.values():
-            core.spawn(self.watcher.watch(agent), loop=True)
-        core.spawn(self.scheduling.loop(), loop=True)
-        core.spawn(self.liveness.loop(), loop=True)
-        core.spawn(self.retention.loop(), loop=True)
-        core.spawn(self.replicas.loop(), loop=True)
-        core.spawn(self.replicas.follow(), loop=True)
-        core.spawn(self.idle.loop(), loop=True)
-        core.spawn(self.hangs.loop(), loop=True)
-        core.spawn(self.servers.loop(), loop=True)
-        core.spawn(self.pool_keeper.loop(), loop=True)
+        # Alone on the store (or the first), it leads before start returns: reconciled.
+        await self.leadership.step()
+        if self.leadership.starting is not None:
+            await asyncio.wait([self.leadership.starting])
+        core.spawn(self.leadership.loop(), loop=True)
+        core.spawn(self.replicas.follow(), loop=True)  # every replica routes to endpoints
+        interval = lambda: self.note_interval  # noqa: E731
+        core.spawn(
+            core.every(
+                interval, partial(write_notes, core, self.servers, self.activity), "writing notes"
+            ).run(),
+            loop=True,
+        )
         self._started = True
+
+    async def _lead(self) -> None:
+        """The leader's work: reconcile, then the scheduler and the watchdogs."""
+        core = self.core
+        await self.reconciler.reconcile()
+        loops = [self.watcher.watch(agent) for agent in core.agents.values()]
+        loops += [self.scheduling.loop(), self.scheduling.follow(), self.liveness.loop()]
+        loops += [self.retention.loop(), self.replicas.loop(), self.idle.loop()]
+        loops += [self.hangs.loop(), self.servers.loop(), self.pool_keeper.loop()]
+        for loop in loops:
+            core.spawn(loop, leading=True)
         core.wake()
 
     async def stop(self) -> None:
         """Stop the loops and watchers; sessions keep running and are found again on start,
-        but the warm pools' unclaimed sessions, which are ended (nobody's to keep)."""
+        but the warm pools' unclaimed sessions, which the leader ends (nobody's to keep)."""
         core = self.core
-        if self._started:
+        if self._started and self.leadership.leading:
             try:
                 await self.pool_keeper.drain()
             except Exception:  # stopping must complete
@@ -177,6 +192,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
                 task.cancel()
         for agent in core.agents.values():
             await agent.close()
+        if core.store is not None:
+            with contextlib.suppress(Exception):  # lost when the store does not answer
+                await write_notes(core, self.servers, self.activity)
+            await self.leadership.release()
         await core.stop_events()  # told to the end: tear-downs above logged theirs
         if core.tasks:
             await asyncio.wait(list(core.tasks), timeout=10)

@@ -297,6 +297,9 @@ class ScopedManager:
         admin = await self.is_admin("read")
         return await self._run(self.manager.queue_view(self.owner, admin))
 
+    async def leader(self) -> dict[str, Any]:
+        return await self._run(self.manager.leadership.view())
+
     async def pools(self) -> list[dict[str, Any]]:
         admin = await self.is_admin("read")
         return await self._run(self.manager.pools_view(admin))

@@ -7,9 +7,23 @@ its own: the manager's config section stays ``BaiSessionManager`` alone.
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 from typing import Any
 
-from traitlets import Bool, Dict, Float, HasTraits, Int, List, TraitError, Unicode, validate
+from traitlets import (
+    Bool,
+    Dict,
+    Float,
+    HasTraits,
+    Int,
+    List,
+    TraitError,
+    Unicode,
+    default,
+    validate,
+)
 
 from ..agents.capped import EXEC_OUTPUT_LIMIT, LOG_BYTES_LIMIT, MAX_LOG_TAIL
 from ..mounts import parse_prefixes
@@ -194,6 +208,28 @@ class ManagerSettings(HasTraits):
         "TERMINATED 'server-gone' (sessions made through the API stay). A manager that "
         "starts counts from its start. Servers send one every third of it. 0: never.",
     )
+    replica_name = Unicode(
+        config=True,
+        help="This manager process's name among the processes on its store (the replicas "
+        "of a manager service, a Jupyter server, a console's embedded manager): who holds "
+        "the leader's lease, in the logs and the scheduler view. Default: host:pid:random.",
+    )
+    lease_ttl = Float(
+        3.0,
+        min=0.5,
+        config=True,
+        help="Seconds the leader's lease lasts unless renewed (it is renewed every third "
+        "of it). Of the manager processes on one store, the lease holder alone runs the "
+        "scheduler and the watchdogs; when it dies, another takes over within about this "
+        "long plus a third; a clean stop hands it over at once.",
+    )
+    note_interval = Float(
+        1.0,
+        min=0.05,
+        config=True,
+        help="Seconds between writes of this process's notes (Jupyter servers' heartbeats, "
+        "sessions' use) to the store, where the leader's watchdogs read them.",
+    )
     agent_check_interval = Float(
         2.0, config=True, help="Seconds between checks that every agent answers."
     )
@@ -211,6 +247,11 @@ class ManagerSettings(HasTraits):
     warm_pool_interval = Float(
         2.0, config=True, help="Seconds between the warm pools' refills and clean-ups."
     )
+
+    @default("replica_name")
+    def _default_replica_name(self) -> str:
+        # Unique per manager, even two in one process (a test's, a server's and a tool's).
+        return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
     @validate("allowed_host_paths")
     def _valid_host_paths(self, proposal: Any) -> list[str]:

@@ -40,10 +40,11 @@ _ENDING = {Status.TERMINATING, Status.ERROR, Status.CANCELLED}
 TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.SCHEDULED, Status.CANCELLED, Status.ERROR}),
     Status.SCHEDULED: frozenset({Status.PREPARING, *_ENDING}),
-    Status.PREPARING: frozenset({Status.PULLING, Status.PREPARED, *_ENDING}),
-    Status.PULLING: frozenset({Status.PREPARED, *_ENDING}),
-    Status.PREPARED: frozenset({Status.CREATING, *_ENDING}),
-    Status.CREATING: frozenset({Status.RUNNING, *_ENDING}),
+    # Back to SCHEDULED: a new leader starts again what a dead one left half-started.
+    Status.PREPARING: frozenset({Status.PULLING, Status.PREPARED, Status.SCHEDULED, *_ENDING}),
+    Status.PULLING: frozenset({Status.PREPARED, Status.SCHEDULED, *_ENDING}),
+    Status.PREPARED: frozenset({Status.CREATING, Status.SCHEDULED, *_ENDING}),
+    Status.CREATING: frozenset({Status.RUNNING, Status.SCHEDULED, *_ENDING}),
     Status.RUNNING: frozenset({Status.RESTARTING, Status.TERMINATING, Status.ERROR}),
     Status.RESTARTING: frozenset({Status.RUNNING, Status.TERMINATING, Status.ERROR}),
     Status.TERMINATING: frozenset({Status.TERMINATED, Status.ERROR}),

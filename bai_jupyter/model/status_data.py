@@ -35,7 +35,8 @@ class StatusData(TypedDict, total=False):
     idle: dict[str, Any]
     #: While running: ``{count, last_at, kernel}``, processes killed for memory.
     oom: dict[str, Any]
-    #: In PULLING: ``{image, agents: {agent id: {from, done, total}}}``.
+    #: In PULLING: ``{image, agents: {agent id: {from, phase, done, total, progress}}}``
+    #: (docs/multinode.md, "Images on every agent").
     pulling: dict[str, Any]
     #: Admitted with an admin's right to any host path (``manager.requests.mount_check``).
     admin_mounts: bool

@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from jupyter_server.utils import url_path_join
 from tornado import web
 from traitlets import Bool, Float, Instance, Int, Unicode
 from traitlets.config import LoggingConfigurable
@@ -31,6 +33,7 @@ from .attach import attach_name, remove_attach
 from .events import end_stream
 from .kernel_access import KernelAccess
 from .kernel_runs import KernelRuns
+from .redact import log_request
 from .routes import api_routes
 from .running import RunningSessions
 from .upstream import KeepAliveClient
@@ -197,6 +200,24 @@ class ApiHost(LoggingConfigurable):
         """Where people reach this host: ``public_url``, the environment, or its own URL."""
         url = self.public_url or os.environ.get("BAI_JUPYTER_PUBLIC_URL", "") or self.own_url()
         return url if url.endswith("/") else url + "/"
+
+    def app_settings(self, base_url: str) -> dict[str, Any]:
+        """What jupyter_server's handlers need of a tornado app's settings, where no Jupyter
+        server makes the app (the manager service, an embedded manager's kernel access);
+        the caller adds who authenticates and authorizes."""
+        return {
+            "base_url": base_url,
+            "allow_remote_access": True,
+            "allow_unauthenticated_access": False,
+            "cookie_secret": secrets.token_bytes(32),
+            "login_url": url_path_join(base_url, "login"),
+            "headers": {},
+            "xsrf_cookies": True,
+            "disable_check_xsrf": False,
+            "local_hostnames": ["localhost"],
+            "log_function": log_request,  # tornado's writes ?token= values
+            NAME: self,
+        }
 
     async def start_manager(self, settings: Mapping[str, Any], port: int) -> None:
         """Start the manager this host owns, then kernel access with ``settings`` (those of

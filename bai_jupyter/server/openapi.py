@@ -301,8 +301,14 @@ def openapi(base_url: str = "/") -> dict[str, Any]:
         },
         "/scheduler": {
             "get": operation(
-                "per resource group: settings and the pending queue with why each waits",
-                {"200": reply("{resource_groups: {...}}", {"type": "object"})},
+                "per resource group: settings and the pending queue with why each waits; "
+                "which manager replica answered and which leads the store",
+                {
+                    "200": reply(
+                        "{resource_groups: {...}, replica, leader: {replica, epoch, expires_in}}",
+                        {"type": "object"},
+                    )
+                },
             )
         },
         "/events": {

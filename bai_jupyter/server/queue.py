@@ -6,6 +6,8 @@ sessions waits; other users' sessions only as positions (all, for an admin).
 
 from __future__ import annotations
 
+import asyncio
+
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
@@ -20,4 +22,5 @@ class QueueHandler(BaiHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.write_json({"resource_groups": await self.api.queue()})
+        groups, leader = await asyncio.gather(self.api.queue(), self.api.leader())
+        self.write_json({"resource_groups": groups, **leader})

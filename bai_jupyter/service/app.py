@@ -27,7 +27,6 @@ from ..cli.base import ALIASES, FLAGS, BaiCommand
 from ..manager import BaiSessionManager
 from ..registry import local_owner
 from ..server.host import NAME, ApiHost, ManagerStartFailed, Step
-from ..server.redact import log_request
 from ..server.routes import routes
 from .auth import CallerAuthorizer, HubIdentity, TokenIdentity
 
@@ -164,19 +163,10 @@ class ManagerService(BaiCommand, ApiHost):
         base = self._base_url()
         identity, extra = self._identity()
         settings: dict[str, Any] = {
-            "base_url": base,
+            **self.app_settings(base),
             "identity_provider": identity,
             "authorizer": CallerAuthorizer(parent=self),
-            "allow_remote_access": True,
-            "allow_unauthenticated_access": False,
-            "cookie_secret": self._cookie_secret(),
-            "login_url": url_path_join(base, "login"),
-            "headers": {},
-            "xsrf_cookies": True,
-            "disable_check_xsrf": False,
-            "local_hostnames": ["localhost"],
-            "log_function": log_request,  # tornado's writes ?token= values
-            NAME: self,
+            "cookie_secret": self._cookie_secret(),  # shared by replicas when configured
         }
         if self._under_hub():
             settings["hub_auth"] = identity.hub_auth

@@ -10,11 +10,14 @@ from sqlalchemy.engine import Connection
 
 from .rows import chunks
 from .tables import (
+    activity_table,
     endpoints_table,
     events_table,
     kernel_tokens_table,
+    leases_table,
     meta_table,
     owners_table,
+    servers_table,
     sessions_table,
 )
 
@@ -86,6 +89,7 @@ MIGRATIONS: dict[int, Step] = {
     2: Step((endpoints_table,)),
     3: Step((kernel_tokens_table,), _kernel_tokens_out_of_meta),
     4: Step((events_table,)),
+    5: Step((leases_table, servers_table, activity_table)),
 }
 
 

@@ -153,10 +153,13 @@ class Store:
         return Listener(self.engine, woken)
 
     @contextmanager
-    def write(self) -> Iterator[Transaction]:
-        """A serialized write transaction: commits on success, rolls back on error."""
+    def write(self, serial: bool = True) -> Iterator[Transaction]:
+        """A serialized write transaction: commits on success, rolls back on error.
+
+        ``serial=False``: on PostgreSQL, not serialized with the other writes: only for
+        rows no pass reads and no event tells of (the lease, the notes of use)."""
         with self.engine.connect().execution_options(bai_write=True) as conn, conn.begin():
-            if self.engine.dialect.name != "sqlite":
+            if serial and self.engine.dialect.name != "sqlite":
                 conn.execute(
                     sa.select(meta_table.c.key)
                     .where(meta_table.c.key == "schema_version")

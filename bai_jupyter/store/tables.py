@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 #: Bump with every change of the tables below, and add the step to
 #: :data:`~bai_jupyter.store.migrations.MIGRATIONS`.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = sa.MetaData()
 
@@ -156,4 +156,37 @@ events_table = sa.Table(
     # Never a seq again once pruned (SQLite reuses the highest rowid otherwise): a
     # reader resuming after it would miss every new event.
     sqlite_autoincrement=True,
+)
+
+#: Leases: ``name`` (``"leader"``: who runs the scheduler and the watchdogs) is held by
+#: ``holder`` until ``expires`` (epoch seconds by the store's clock) unless renewed;
+#: ``epoch`` grows with each change of holder, ``since``: when this holder took it.
+leases_table = sa.Table(
+    "bai_leases",
+    metadata,
+    sa.Column("name", sa.String(32), primary_key=True),
+    sa.Column("holder", sa.String(256), nullable=False),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("expires", sa.Float, nullable=False),
+    sa.Column("since", sa.Float, nullable=False),
+)
+
+#: The last heartbeat of each remote Jupyter server (per owner: one user cannot keep
+#: another's server alive), written by whichever manager replica received it.
+servers_table = sa.Table(
+    "bai_servers",
+    metadata,
+    sa.Column("owner", sa.String(256), primary_key=True),
+    sa.Column("server", sa.String(64), primary_key=True),
+    sa.Column("seen", sa.Float, nullable=False, index=True),
+)
+
+#: The last use of each session that a manager process saw (the API, the proxy, exec),
+#: written by every process so that the leader's idle watch counts it.
+activity_table = sa.Table(
+    "bai_activity",
+    metadata,
+    _session_id(primary_key=True),
+    sa.Column("at", sa.Float, nullable=False),
+    sa.Column("source", sa.String(32), nullable=False),
 )

@@ -8,7 +8,9 @@ from .agents import AgentRecords
 from .endpoints import EndpointRecords
 from .events import EventRecords
 from .kernel_tokens import KernelTokenRecords
+from .lease import LeaseRecords
 from .meta import MetaRecords
+from .notes import NoteRecords
 from .scheduling import SchedulingRecords
 from .sessions import SessionRecords
 from .templates import TemplateRecords
@@ -23,6 +25,8 @@ class Transaction(
     KernelTokenRecords,
     MetaRecords,
     SchedulingRecords,
+    LeaseRecords,
+    NoteRecords,
 ):
     """Reads and writes inside one transaction; obtained from :meth:`Store.write`/``read``."""
 

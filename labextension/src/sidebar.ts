@@ -17,6 +17,7 @@ import {
   ageText,
   clusterHosts,
   label,
+  pullingText,
   resourcesText,
   resultText,
   statusTone,
@@ -228,6 +229,12 @@ export class SessionsSidebar extends Widget {
           h('strong', {}, where),
           why ? ` — ${why}` : ' — waiting for the scheduler’s next pass'
         )
+      );
+    }
+    const pulling = pullingText(session);
+    if (pulling) {
+      lines.push(
+        h('div', { class: 'bai-Session-detail', attrs: { 'data-role': 'pulling' } }, pulling)
       );
     }
     if (result) {

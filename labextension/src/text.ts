@@ -207,3 +207,37 @@ export function usage(agent: AgentJSON): { slot: string; used: number; text: str
     };
   });
 }
+
+/** How each phase of an agent's image fetch reads (`status_data.pulling`). */
+const PULL_PHASES: Record<string, string> = {
+  waiting: 'waiting',
+  pulling: 'pulling',
+  copying: 'copying',
+  loading: 'loading into the engine',
+  done: 'done'
+};
+
+/**
+ * While PULLING: each agent's fetch of the image, e.g. `node2: copying from node1 43%`;
+ * `loading` once every byte is sent and that engine adds the layers (no percentage).
+ */
+export function pullingText(session: Pick<SessionJSON, 'status' | 'status_data'>): string | null {
+  if (session.status !== Status.PULLING) {
+    return null;
+  }
+  const record = session.status_data?.pulling as
+    { image?: string; agents?: Record<string, Record<string, unknown>> } | undefined;
+  const parts = Object.entries(record?.agents ?? {}).map(([agent, entry]) => {
+    const phase = typeof entry.phase === 'string' ? entry.phase : '';
+    let text = `${agent}: ${PULL_PHASES[phase] ?? (phase || 'fetching')}`;
+    const moving = phase === 'pulling' || phase === 'copying';
+    if (moving && typeof entry.from === 'string' && entry.from !== 'registry') {
+      text += ` from ${entry.from}`;
+    }
+    if (moving && typeof entry.progress === 'number') {
+      text += ` ${Math.floor(100 * entry.progress)}%`;
+    }
+    return text;
+  });
+  return parts.length ? `image ${record?.image ?? '?'}: ${parts.join(', ')}` : null;
+}

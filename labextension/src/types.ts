@@ -167,6 +167,8 @@ export interface SessionEvent {
   kernels: Record<string, string>;
   at: number;
   notice?: { kind: string; kernel: string; at: number; message: string };
+  /** Its place in the store's change log: a stream resumes after it (`since`). */
+  seq?: number;
 }
 
 export interface QueueEntry {

@@ -8,6 +8,7 @@ import {
   durationText,
   idleLines,
   pageUrlOf,
+  pullingText,
   resourcesText,
   resultText,
   statusTone,
@@ -144,5 +145,26 @@ describe('idle rules, counted down', () => {
   it('shows nothing without rules, or once the session has ended', () => {
     expect(idleLines(session(TRAIN, { status: 'RUNNING' }), 1000, 1000)).toEqual([]);
     expect(idleLines(session(TRAIN, { status: 'TERMINATED', idle }), 1000, 1000)).toEqual([]);
+  });
+});
+
+describe('an image fetch, in words', () => {
+  it('says each agent’s phase: copying with its share, then loading with none', () => {
+    const pulling = session(EVAL, {
+      status: 'PULLING',
+      status_data: {
+        pulling: {
+          image: 'team/train:3',
+          agents: {
+            node2: { from: 'node1', phase: 'copying', done: 43, total: 100, progress: 0.43 },
+            node3: { from: 'node1', phase: 'loading', done: 99, total: 100, progress: 0.999 }
+          }
+        }
+      }
+    });
+    expect(pullingText(pulling)).toBe(
+      'image team/train:3: node2: copying from node1 43%, node3: loading into the engine'
+    );
+    expect(pullingText(session(EVAL, { status: 'RUNNING', status_data: {} }))).toBeNull();
   });
 });

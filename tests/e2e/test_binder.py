@@ -1,4 +1,5 @@
 """Binder's steps, replayed on this machine: mybinder.org itself cannot be reached here.
+The demo notebook also runs under ``jupyter execute``, with no server at all.
 
 A fresh virtual environment gets only what ``binder/`` says (``requirements.txt``, then
 ``postBuild`` from the repository's root, as repo2docker runs them), JupyterLab starts
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CHROMIUM, CHROMIUM_ARGS, copy_checkout, skip_or_fail
+from conftest import CHROMIUM, CHROMIUM_ARGS, REPO, copy_checkout, skip_or_fail
 from harness.server import free_port
 
 SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
@@ -145,7 +146,39 @@ def test_the_binder_demo_runs_to_its_end_on_the_local_backend(
             page.screenshot(path=str(SHOTS / "binder-demo.png"))
         finally:
             browser.close()
-    notebook = json.loads((repo / "binder" / "demo.ipynb").read_text())
+    check_demo_outputs(json.loads((repo / "binder" / "demo.ipynb").read_text()))
+
+
+def test_the_binder_demo_runs_to_its_end_under_jupyter_execute(tmp_path: Path) -> None:
+    """With no Jupyter server (``jupyter execute``; papermill and nbclient alike) the
+    kernel's session is on a manager embedded in that process, which serves ``%bai`` too;
+    on the local backend, as on Binder."""
+    notebook = tmp_path / "demo.ipynb"
+    shutil.copy(REPO / "binder" / "demo.ipynb", notebook)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("BAI_JUPYTER", "JUPYTER"))},
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}",
+    }
+    install = [sys.executable, "-m", "bai_jupyter.cli", "kernelspec", "install", "bai-python"]
+    subprocess.run([*install, "--cpu", "0.5", "--mem", "512m"], env=env, check=True)
+    execute = Path(sys.executable).parent / "jupyter-execute"
+    done = subprocess.run(
+        [str(execute), "--inplace", str(notebook)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    check_demo_outputs(json.loads(notebook.read_text()))
+
+
+def check_demo_outputs(notebook: dict[str, Any]) -> None:
+    """The demo ran every step: no error, no magic's one-line error, each step's output."""
     outputs = [out for cell in notebook["cells"] for out in cell.get("outputs", [])]
     errors = [out for out in outputs if out["output_type"] == "error"]
     assert not errors, errors

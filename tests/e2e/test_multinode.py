@@ -253,6 +253,10 @@ async def test_an_image_on_one_engine_is_copied_to_the_others_in_pulling(
                 "node3": ("node1", 1.0),
             }
             assert seen and seen[0]["agents"]["node2"]["from"] == "node1"  # shown while pulling
+            assert {e["phase"] for e in pulling["agents"].values()} == {"done"}
+            for record in seen:  # 1.0 only once the image is there
+                for entry in record["agents"].values():
+                    assert entry["phase"] == "done" or entry.get("progress", 0) < 1, record
             assert await _sh(mgr, session.id, "ssh sub2 hostname") == "sub2"
     finally:
         first.close()

@@ -198,8 +198,8 @@ async def test_ended_sessions_past_retention_are_deleted(tmp_path: Path) -> None
 async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
     tmp_path: Path, kernel_image: str, docker_engine: Any, where: str
 ) -> None:
-    """``jupyter console --kernel <bai spec>`` runs code in main1; ``exit`` → TERMINATED
-    ``user-requested``, nothing left. ``server``: a session of one kernel through a
+    """``jupyter console --kernel <bai spec>`` runs code and ``%bai`` in main1; ``exit`` →
+    TERMINATED ``user-requested``, nothing left. ``server``: a session of one kernel through a
     running server (BAI_JUPYTER_URL). ``no-server``: a cluster of two on the console's
     embedded manager, which must end it before the process is gone."""
     import pexpect  # type: ignore[import-untyped]
@@ -251,6 +251,11 @@ async def test_jupyter_console_in_a_terminal_then_exit_ends_the_session_cleanly(
             child.sendline("import os; print('host=' + os.environ['BACKENDAI_CLUSTER_HOST'])")
             child.expect("host=main1")
             child.expect(r"In \[2\]: ")
+            child.sendline("%load_ext bai_jupyter")
+            child.expect(r"In \[3\]: ")
+            child.sendline("%bai status --text")  # its API: the server's, or the embedded one's
+            child.expect(r"session [0-9a-f]{32} · interactive · RUNNING")
+            child.expect(r"In \[4\]: ")
             child.sendline("exit")
             child.expect(pexpect.EOF)
         except pexpect.TIMEOUT:

@@ -28,6 +28,7 @@ from IPython.utils.capture import CapturedIO, capture_output
 
 from bai_jupyter.loop_thread import LoopThread
 from bai_jupyter.magics import (
+    NoManager,
     RunResult,
     find_manager,
     format_table,
@@ -139,15 +140,20 @@ def test_invalid_fields_are_one_line_before_any_server(
     assert cap.stderr == "bai: cluster_size: must be an integer from 1 to 64, got 0\n"
 
 
-def test_no_manager_says_what_to_set(
+def test_no_manager_stops_the_cell_with_one_line_that_says_what_to_set(
     shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Not an AttributeError on the magic's result further down the cell (binder's demo)."""
     monkeypatch.delenv("BAI_JUPYTER_URL", raising=False)
     monkeypatch.delenv("BACKENDAI_SESSION_ID", raising=False)
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
-    _, cap = bai(shell, "sessions")
-    assert cap.stderr.startswith("bai: no bai-jupyter server found: set BAI_JUPYTER_URL")
-    assert cap.stderr.count("\n") == 1 and "Traceback" not in cap.stdout + cap.stderr
+    with pytest.raises(NoManager, match=r"^no bai-jupyter server found: set BAI_JUPYTER_URL"):
+        shell.run_line_magic("bai", "sessions")
+    with capture_output() as cap:
+        ran = shell.run_cell("r = %bai run -- true\nr.result")  # type: ignore[no-untyped-call]
+    assert isinstance(ran.error_in_exec, NoManager), ran.error_in_exec
+    assert cap.stdout.startswith("bai: no bai-jupyter server found: set BAI_JUPYTER_URL")
+    assert cap.stdout.count("\n") == 1 and "Traceback" not in cap.stdout + cap.stderr
 
 
 def test_the_server_that_started_the_kernel_is_found(
@@ -272,6 +278,25 @@ def test_text_helpers() -> None:
         {**data, "status": "TERMINATED", "result": "SUCCESS", "exit_code": 0}
     )
     assert progress_line(row).endswith("✓ running → ✓ result: SUCCESS (exit code 0)")
+
+
+def test_the_progress_line_shows_each_agents_image_copy_then_its_load() -> None:
+    agents = {
+        "node2": {"from": "node1", "phase": "copying", "done": 43, "total": 100, "progress": 0.43},
+        "node3": {"from": "node1", "phase": "loading", "done": 99, "total": 100, "progress": 0.999},
+    }
+    row = SessionRow.from_json(
+        {
+            "id": "0123456789abcdef",
+            "status": "PULLING",
+            "spec": {"type": "batch"},
+            "status_data": {"pulling": {"image": "team/train:3", "agents": agents}},
+        }
+    )
+    assert progress_line(row) == (
+        "session 01234567: ✓ queued → ▶ starting (PULLING: image team/train:3: node2: copying"
+        " from node1 43%, node3: loading into the engine) → · running → · result"
+    )
 
 
 # --- against the server -------------------------------------------------------------------------

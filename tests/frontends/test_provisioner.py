@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ from bai_jupyter.manager import BaiSessionManager, ScopedManager
 from bai_jupyter.model import Session, Status
 from bai_jupyter.provisioner import BaiProvisioner
 from bai_jupyter.registry import local_owner, register_manager, unregister_manager
+from bai_jupyter.runtime.protocol import READY_LINE
 from bai_jupyter.store import Store
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -309,9 +311,12 @@ async def test_launch_timeout_fails_clearly_and_leaves_no_session(
     assert _containers(docker_engine, f"{LABEL_SESSION}={sessions[0].id}") == []
 
 
-def test_jupyter_execute_runs_a_notebook_without_a_server(
+def test_jupyter_execute_runs_a_notebook_and_its_bai_magics_without_a_server(
     tmp_path: Path, kernel_image: str, docker_engine: Any
 ) -> None:
+    """``jupyter execute`` embeds a manager, which also serves its kernels' API: ``%bai``
+    in main1 shows and lists the kernel's own session, and its log, with no Jupyter
+    server anywhere."""
     data = tmp_path / "data"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("BAI_JUPYTER", "JUPYTER"))},
@@ -321,13 +326,24 @@ def test_jupyter_execute_runs_a_notebook_without_a_server(
     }
     install = [sys.executable, "-m", "bai_jupyter.cli", "kernelspec", "install", "bai-py"]
     subprocess.run([*install, "--cpu", "0.5", "--mem", "512m"], env=env, check=True)
-    _, printed = run_notebook(tmp_path, "import socket; print(socket.gethostname())", env)
-    assert printed == "main1\n"
+    source = (
+        "import socket; print(socket.gethostname())\n"
+        "%load_ext bai_jupyter\n"
+        "%bai status --text\n"
+        "%bai sessions --text\n"
+        "%bai logs\n"
+    )
+    _, printed = run_notebook(tmp_path, source, env)
+    assert printed.startswith("main1\n"), printed
     store = Store(f"sqlite:///{data}/bai_jupyter/store.sqlite")
     try:
         with store.read() as tx:
             sessions = tx.list_sessions()
         assert [s.status for s in sessions] == [Status.TERMINATED]
+        own = sessions[0].id
+        assert f"session {own} · interactive · RUNNING" in printed, printed  # %bai status
+        assert re.search(rf"^{own[:8]} +interactive +RUNNING ", printed, re.M), printed
+        assert f"\n{READY_LINE}\n" in printed, printed  # %bai logs: main1's output
         assert _containers(docker_engine, f"{LABEL_SCOPE}={store.id}") == []
     finally:
         store.close()

@@ -53,7 +53,8 @@ def put_contents(server: Server, path: str, model: dict[str, Any]) -> None:
 def run_notebook(
     folder: Path, source: str, env: dict[str, str]
 ) -> tuple[subprocess.CompletedProcess[str], str]:
-    """``jupyter execute`` of a one-cell notebook on ``bai-py``: the run and the cell's output."""
+    """``jupyter execute`` of a one-cell notebook on ``bai-py``: the run and what the cell
+    printed (its standard output, every stream of it)."""
     notebook = folder / "hello.ipynb"
     cell: dict[str, Any] = {
         "cell_type": "code",
@@ -74,4 +75,5 @@ def run_notebook(
     )
     assert done.returncode == 0, done.stderr
     outputs = json.loads(notebook.read_text())["cells"][0]["outputs"]
-    return done, "".join(outputs[0]["text"])
+    printed = [o["text"] for o in outputs if o["output_type"] == "stream" and o["name"] == "stdout"]
+    return done, "".join("".join(text) for text in printed)

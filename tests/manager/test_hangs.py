@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_manager, started_manager
+from conftest import make_manager, started_manager, until
 
 from bai_jupyter.kernel_plan import LABEL_SESSION
 from bai_jupyter.manager import BaiSessionManager
@@ -181,7 +181,7 @@ asyncio.run(main())
 """
 
 
-async def test_a_hang_from_before_a_restart_is_caught_at_start(
+async def test_a_hang_from_before_a_restart_is_caught_once_the_next_manager_leads(
     tmp_path: Path, never_ready: str, docker_engine: Any
 ) -> None:
     store = f"sqlite:///{tmp_path}/store.sqlite"
@@ -204,5 +204,10 @@ async def test_a_hang_from_before_a_restart_is_caught_at_start(
     assert docker_engine.containers.list(filters={"label": label})
     await asyncio.sleep(1.2)  # the hang outlasts the limit while no manager runs
     async with started_manager(_manager(tmp_path, hang_timeout={"CREATING": 1})) as mgr:
-        _hung(await mgr.get(session_id), Status.CREATING)  # decided while starting
+
+        async def reconciled() -> bool:  # once the dead one's lease lapsed (lease_ttl)
+            return mgr.leadership.leading and mgr.leadership.starting is None
+
+        await until("the new manager to lead", reconciled, timeout=15)
+        _hung(await mgr.get(session_id), Status.CREATING)  # decided as it took the lead
         await _gone(docker_engine, session_id)

@@ -60,6 +60,8 @@ LEGAL: set[tuple[Status, Status]] = {
     # an errored session is still cleaned up
     (S.ERROR, S.TERMINATING),
     (S.ERROR, S.TERMINATED),
+    # a start the store's previous leader left half-way is started again
+    *((start, S.SCHEDULED) for start in STARTING[1:]),
 }
 ALL_PAIRS = list(itertools.product(Status, Status))
 
@@ -108,7 +110,7 @@ def test_every_other_transition_raises(old: Status, new: Status) -> None:
 
 def test_pair_enumeration_is_complete() -> None:
     assert len(ALL_PAIRS) == len(Status) ** 2 == 144
-    assert len(LEGAL) == 34
+    assert len(LEGAL) == 38
 
 
 def test_terminal_and_occupying_states() -> None:

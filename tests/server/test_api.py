@@ -529,6 +529,9 @@ async def test_scheduler_queue_says_why_pending(server: Server) -> None:
         seen_by_bob = body(await server.fetch("GET", "bai/api/v1/scheduler", token="bob-token"))
         entry = seen_by_bob["resource_groups"]["default"]["queue"][0]
         assert entry == {"position": 1, "mine": False}
+        # The server's manager is alone on its store: it answers, and it leads.
+        assert seen_by_bob["leader"]["replica"] == seen_by_bob["replica"]
+        assert seen_by_bob["leader"]["epoch"] >= 1 and seen_by_bob["leader"]["expires_in"] > 0
     finally:
         await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token="alice-token")
 

@@ -45,6 +45,9 @@ OUR_TABLES = {
     "bai_owners",
     "bai_kernel_tokens",
     "bai_events",
+    "bai_leases",
+    "bai_servers",
+    "bai_activity",
 }
 
 
@@ -213,9 +216,9 @@ def test_a_version_1_store_is_brought_up_to_date_keeping_its_sessions(store_url:
 def test_new_store_records_schema_version(store_url: str) -> None:
     store = Store(store_url)
     store.close()
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert dict(sql(store_url, "SELECT key, value FROM bai_meta")) == {
-        "schema_version": "5",
+        "schema_version": "6",
         "store_id": store.id,
         "token_secret": store.token_secret,
     }

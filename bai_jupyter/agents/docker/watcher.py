@@ -173,11 +173,13 @@ class EventWatcher(threading.Thread):
         detail: dict[str, Any] = {}
         if session_id in self.removals:
             detail["requested"] = True
+        cid = str(actor.get("ID") or "")
         if action == "oom":
             # Any process of the container: a child's OOM leaves the kernel running.
-            return KernelEvent(KernelEventKind.OOM_KILLED, session_id, kernel_id)
+            return KernelEvent(KernelEventKind.OOM_KILLED, session_id, kernel_id, container_id=cid)
         if action == "destroy":
-            return KernelEvent(KernelEventKind.GONE, session_id, kernel_id, detail=detail)
+            gone = KernelEventKind.GONE
+            return KernelEvent(gone, session_id, kernel_id, detail=detail, container_id=cid)
         if action != "die":
             return None
         try:
@@ -200,7 +202,7 @@ class EventWatcher(threading.Thread):
         if task_timed_out(code, tail):
             detail["task_timeout"] = True
         return KernelEvent(
-            KernelEventKind.EXITED, session_id, kernel_id, exit_code=code, detail=detail
+            KernelEventKind.EXITED, session_id, kernel_id, code, detail, container_id=cid
         )
 
     def _network_event(self, client: Any, attrs: dict[str, str]) -> KernelEvent | None:
@@ -222,9 +224,9 @@ class EventWatcher(threading.Thread):
             return None
         if network not in (network_name(session_id), EGRESS_NETWORK):
             return None
-        return KernelEvent(
-            KernelEventKind.NETWORK_LOST, session_id, kernel_id, detail={"network": network}
-        )
+        detail = {"network": network}
+        cid = str(info.get("Id") or "")
+        return KernelEvent(KernelEventKind.NETWORK_LOST, session_id, kernel_id, None, detail, cid)
 
 
 def _close(stream: Any) -> None:

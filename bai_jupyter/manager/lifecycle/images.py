@@ -8,7 +8,10 @@ pulled (``create`` refused it unless a registry serves it). Only the operator's
 ``registries`` are ever asked or pulled from: an image naming another registry (say
 ``127.0.0.1:5999/x``) makes no engine connect there. The session moves to
 PULLING with the plan in ``status_data["pulling"]`` before anything is fetched,
-and that record follows each agent's progress (at most every half second).
+and that record follows each agent's progress (at most every half second): its
+``phase`` (``pulling`` from a registry, ``copying`` the save stream, ``loading``
+while the target engine adds the layers it was sent, ``done``) and ``done`` of
+``total`` bytes, whose ``progress`` is below 1 until the phase is ``done``.
 """
 
 from __future__ import annotations
@@ -65,6 +68,13 @@ async def image_known(
     return False, failures
 
 
+def _progress(entry: Mapping[str, Any]) -> float:
+    """``done / total`` to three places, rounded down: 1.0 only once the phase is ``done``."""
+    if entry.get("phase") == "done":
+        return 1.0
+    return min(int(1000 * entry["done"] / entry["total"]) / 1000, 0.999)
+
+
 class ImagePresence:
     """Brings a session's image to each of its agents that lacks it."""
 
@@ -88,7 +98,12 @@ class ImagePresence:
         if not missing:
             return
         plan = {
-            agent.id: {"from": await self._source(image, agent), "done": 0, "total": 0}
+            agent.id: {
+                "from": await self._source(image, agent),
+                "phase": "waiting",
+                "done": 0,
+                "total": 0,
+            }
             for agent in missing
         }
 
@@ -148,12 +163,16 @@ class ImagePresence:
         def progress(done: int, total: int) -> None:  # from a worker thread
             loop.call_soon_threadsafe(entry.update, {"done": done, "total": total})
 
+        def loading() -> None:  # from a worker thread
+            loop.call_soon_threadsafe(entry.update, {"phase": "loading"})
+
         async with self._locks.setdefault((agent.id, image), asyncio.Lock()):
             if await agent.image_info(image) is not None:
-                entry["from"] = "already there"  # another session fetched it meanwhile
+                entry.update({"from": "already there", "phase": "done"})  # fetched meanwhile
                 return
             errors: list[str] = []
             if entry["from"] == REGISTRY:
+                entry["phase"] = "pulling"
                 try:
                     await agent.pull_image(image, progress)
                 except AgentError as exc:
@@ -162,8 +181,9 @@ class ImagePresence:
                     entry["from"] = holders[0][0].id if holders else None
             source = self.core.agents.get(entry["from"] or "")
             if isinstance(source, MultiNodeAgent):
+                entry.update({"phase": "copying", "done": 0, "total": 0})
                 try:
-                    await copy_image(source, agent, image, progress)
+                    await copy_image(source, agent, image, progress, loading)
                 except AgentError as exc:
                     errors.append(f"copying from {source.id}: {exc}")
             if await agent.image_info(image) is None:
@@ -174,6 +194,7 @@ class ImagePresence:
                     else f"no agent has it, and {registry} is not in BaiSessionManager.registries"
                 )
                 raise AgentError(f"agent {agent.id} could not get image {image}: {why}")
+            entry.update({"phase": "done", "done": entry["total"]})
 
     async def _flush(
         self, session_id: str, image: str, plan: dict[str, dict[str, Any]], written: list[Any]
@@ -186,9 +207,7 @@ class ImagePresence:
 
     async def _write(self, session_id: str, image: str, plan: dict[str, dict[str, Any]]) -> None:
         agents = {
-            agent_id: {**entry, "progress": round(entry["done"] / entry["total"], 3)}
-            if entry["total"]
-            else dict(entry)
+            agent_id: {**entry, "progress": _progress(entry)} if entry["total"] else dict(entry)
             for agent_id, entry in plan.items()
         }
 

@@ -58,6 +58,8 @@ class Lifecycle:
         self.follow = follow
         self.multinode = MultiNode(core, settings, mounts)
         self.images = ImagePresence(core, settings)
+        #: The sessions this process is starting now.
+        self.starting: set[str] = set()
 
     # --- ending -------------------------------------------------------------------------------
 
@@ -97,18 +99,7 @@ class Lifecycle:
         A lost agent is not asked, and one that fails is asked again: its kernels go when
         it answers again (``liveness``)."""
         await self._keep_logs(session)
-        agent_ids = {k.agent_id for k in session.kernels if k.agent_id}
-        failed: set[str] = set()
-        for agent_id in agent_ids - self.core.lost:
-            agent = self.core.agents.get(agent_id)
-            if agent is not None:
-                try:
-                    await agent.destroy_session(session.id)
-                except AgentError as exc:
-                    failed.add(agent_id)
-                    self.core.log.warning("bai-jupyter: removing %s: %s", session.id, exc)
-        if len(agent_ids) > 1:
-            await self.multinode.release(session)
+        failed = await self._remove(session)
         if session.status is not final:
 
             def ending(s: Session) -> None:
@@ -121,6 +112,23 @@ class Lifecycle:
         self.core.unswept |= failed  # once the session is ended: a sweep removes its kernels
         self.core.wake()
         return session
+
+    async def _remove(self, session: Session) -> set[str]:
+        """Remove the session's kernels on every agent but lost ones, and its network; the
+        agents that failed to."""
+        agent_ids = {k.agent_id for k in session.kernels if k.agent_id}
+        failed: set[str] = set()
+        for agent_id in agent_ids - self.core.lost:
+            agent = self.core.agents.get(agent_id)
+            if agent is not None:
+                try:
+                    await agent.destroy_session(session.id)
+                except AgentError as exc:
+                    failed.add(agent_id)
+                    self.core.log.warning("bai-jupyter: removing %s: %s", session.id, exc)
+        if len(agent_ids) > 1:
+            await self.multinode.release(session)
+        return failed
 
     async def _keep_logs(self, session: Session) -> None:
         for kernel in session.kernels:
@@ -162,6 +170,26 @@ class Lifecycle:
 
     # --- starting -----------------------------------------------------------------------------
 
+    async def take_over(self, session: Session) -> None:
+        """Start again what the store's previous leader left half-started (it died or
+        stopped mid-start): what it made is removed and the session goes back to
+        SCHEDULED (``handover``), on the agents it was placed on, and starts."""
+        if session.id in self.starting:
+            return  # this process's own start, from before it last led: still going
+        self.core.log.warning(
+            "bai-jupyter: session %s was left %s by the previous leader: starting it again",
+            session.id,
+            session.status.value,
+        )
+        await self._remove(session)
+        try:
+            await self.core.edit(
+                session.id, lambda s: move(s, Status.SCHEDULED, time.time(), "handover")
+            )
+        except IllegalTransition:
+            return  # ended meanwhile
+        await self.start(session.id)
+
     async def start(self, session_id: str) -> None:
         """Drive a SCHEDULED session to RUNNING; on failure cancel it and clean up.
 
@@ -172,6 +200,14 @@ class Lifecycle:
             session = await core.transition(session_id, Status.PREPARING)
         except IllegalTransition:
             return
+        self.starting.add(session_id)
+        try:
+            await self._start(session)
+        finally:
+            self.starting.discard(session_id)
+
+    async def _start(self, session: Session) -> None:
+        core, session_id = self.core, session.id
         try:
             agents = self._agents(session)
             network = None

@@ -5,9 +5,10 @@ the execute API, the service-port proxy, an explicit activity call), the
 manager's own operations (exec, signals), open SFTP connections (the idle watch
 probes them), and main1's Jupyter kernel: the manager subscribes to its iopub
 channel, so code run from any client (a notebook, a console, the execute API)
-counts, and a kernel that is busy is in use for as long as it stays busy. Kept
-in memory; the idle watch writes it to the store (``status_data["idle"]``) so
-that a restarted manager, or another on the same store, knows it too.
+counts, and a kernel that is busy is in use for as long as it stays busy. Each
+process writes what it saw to the store now and then (``store.notes``), where the
+leader's idle watch reads it with its own; the idle watch writes its verdict to the
+session (``status_data["idle"]``) so that a restarted manager knows it too.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class Activity:
     def __init__(self, core: Core) -> None:
         self.core = core
         self._last: dict[str, tuple[float, str]] = {}
+        #: Uses seen here and not yet written to the store.
+        self._unsaved: dict[str, tuple[float, str]] = {}
         self._busy: set[str] = set()
         #: Each followed session's follower, and when it started (epoch seconds).
         self._followers: dict[str, tuple[asyncio.Task[None], float]] = {}
@@ -65,6 +68,12 @@ class Activity:
         when = time.time() if at is None else at
         if when >= self._last.get(session_id, (0.0, ""))[0]:
             self._last[session_id] = (when, source)
+            self._unsaved[session_id] = (when, source)
+
+    def unsaved(self) -> dict[str, tuple[float, str]]:
+        """The uses seen since the last call, to be written to the store."""
+        taken, self._unsaved = self._unsaved, {}
+        return taken
 
     def last(self, session_id: str) -> tuple[float, str] | None:
         """The last activity this manager saw; a busy kernel is in use right now."""

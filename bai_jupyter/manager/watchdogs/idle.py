@@ -15,11 +15,13 @@ import asyncio
 import contextlib
 import time
 from decimal import Decimal
+from functools import partial
 from typing import Any, Protocol
 
 from ...agents.base import AgentError
 from ...idleness import IDLE_TIMEOUT, REASONS, SESSION_LIFETIME, UTILIZATION, IdleRules
 from ...model import ACTIVE, OCCUPYING, IllegalTransition, Session, SessionType, Status
+from ...store import Transaction
 from ..core import Core
 from ..lifecycle.sftp import open_connections
 from ..lifecycle.start_stop import Lifecycle
@@ -73,6 +75,8 @@ class IdleWatch:
         self._ending: set[str] = set()
         #: When each system session's SFTP connections were last counted (monotonic).
         self._probed: dict[str, float] = {}
+        #: The uses other processes on the store noted, as read by the last check.
+        self._noted: dict[str, tuple[float, str]] = {}
 
     async def loop(self) -> None:
         """Check every ``watchdog_interval`` seconds."""
@@ -92,6 +96,7 @@ class IdleWatch:
         owners = {s.owner for s in sessions}
         groups = await self.core.query(lambda tx: tx.owner_groups(owners)) if owners else {}
         live = {s.id for s in sessions}
+        self._noted = await self.core.query(partial(Transaction.activity_of, session_ids=live))
         self.activity.prune({s.id for s in present}, listed_at)
         self.cpu.prune(live)
         self._probed = {k: v for k, v in self._probed.items() if k in live}
@@ -161,14 +166,15 @@ class IdleWatch:
         return False
 
     def _last_activity(self, session: Session) -> tuple[float, str]:
-        """The latest of what this manager saw, what the store has, and the start."""
+        """The latest of what this process saw, what others noted, the idle record, the
+        start."""
         record = session.status_data.get("idle") or {}
         candidates = [(_started_at(session), "start")]
         if record.get("last_activity") is not None:
             candidates.append((float(record["last_activity"]), str(record.get("activity"))))
-        seen = self.activity.last(session.id)
-        if seen is not None:
-            candidates.append(seen)
+        for seen in (self.activity.last(session.id), self._noted.get(session.id)):
+            if seen is not None:
+                candidates.append(seen)
         return max(candidates)
 
     async def _probe_sftp(self, session: Session) -> None:

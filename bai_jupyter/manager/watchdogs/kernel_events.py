@@ -56,6 +56,8 @@ class KernelWatcher:
         kernel = next((k for k in session.kernels if k.id == event.kernel_id), None)
         if kernel is None:
             return
+        if event.container_id and kernel.container_id not in (None, event.container_id):
+            return  # its container from before a take-over, removed by the new leader
         main = kernel.role is KernelRole.MAIN
         exited = event.kind is KernelEventKind.EXITED
         try:

@@ -1,7 +1,8 @@
-"""After a restart: match the store against what the agents really have.
+"""When a process starts leading the store: match it against what the agents have.
 
-A session half-started or half-removed by another manager on the same store
-gets that manager's time first; a batch that ended while nobody watched gets
+A session the previous leader left half-started is started again (only the
+leader starts sessions); one half-removed by another manager on the store (any
+may end sessions) gets that manager's time first; a batch that ended while nobody watched gets
 its result; sessions whose kernels are gone fail; stray kernels are removed. A
 session with kernels on an agent that does not answer is left to the liveness
 check (``liveness``): lost after ``agent_lost_timeout``, or found again.
@@ -112,19 +113,20 @@ class Reconciler:
         if self.hangs is not None and self.hangs.overdue(session):
             await self.hangs.force(session)
             return
-        if recheck and (session.status in STARTING or session.status is Status.TERMINATING):
-            # Another manager on this store (a server's and a kernel provisioner's embedded
-            # one) may be starting or removing it right now: judge it only once that manager
-            # has had its time, and only if it made no progress meanwhile.
+        if session.status in STARTING:
+            # Only the store's leader starts sessions, and this process leads now: the one
+            # that led before left this start half-way.
+            self.core.spawn(lifecycle.take_over(session))
+            return
+        if recheck and session.status is Status.TERMINATING:
+            # Any manager on this store (a replica, a server, a console kernel's embedded
+            # one) ends sessions: one may be removing it right now: judge it only once that
+            # manager has had its time, and only if it made no progress meanwhile.
             since = session.status_history[-1].at
             left = since + self.settings.start_timeout + HANDOVER - time.time()
             if left > 0:
                 self.core.spawn(self._recheck(session, left), loop=True)
                 return
-        if session.status in STARTING:
-            # Interrupted half-way: its containers may be incomplete.
-            await lifecycle.fail(session, "start-interrupted", "main1", None)
-            return
         if session.status is Status.TERMINATING:
             await lifecycle.teardown(session, Status.TERMINATED, session.status_info)
             return

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from ...errors import ConfigError, NotFound
-from ...model import Session, session_event
+from ...model import TERMINAL, Session, Status, session_event
 from ...scheduler import SchedulerConfig, SchedulerConfigError, load_plugins
 from ...scheduler.context import PassContext
 from ...scheduler.placement import AgentPool
@@ -29,6 +29,7 @@ from ..requests.policies import Policies
 
 __all__ = ["Scheduling", "load_groups"]
 
+_ENDED = {s.value for s in TERMINAL}
 #: Sessions whose why-pending record changed are re-announced only up to this many per pass.
 _ANNOUNCED_FAILURES = 100
 
@@ -118,6 +119,22 @@ class Scheduling:
         core = self.core
         interval = lambda: self.settings.pass_interval  # noqa: E731
         await core.every(interval, self.pass_now, "scheduling pass", event=core.wakeup).run()
+
+    async def follow(self) -> None:
+        """Pass for what other processes on the store did (a create through another
+        replica, a session another one ended): their events are the only word of it.
+        A session is new once (its first PENDING event) and makes room once (ended)."""
+        pending: set[str] = set()
+        async for event in self.core.hub.events():
+            session_id, status = event.get("session_id"), event.get("status")
+            if status == Status.PENDING.value:
+                if session_id not in pending:
+                    pending.add(str(session_id))
+                    self.core.wake()
+            else:
+                pending.discard(str(session_id))
+                if status in _ENDED:
+                    self.core.wake()
 
     async def pass_now(self) -> None:
         """One pass over every resource group; start what was placed."""

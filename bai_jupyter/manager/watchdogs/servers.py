@@ -12,17 +12,20 @@ before its users' servers) says nothing more: once it has been silent for
 CANCELLED while pending) with the reason ``server-gone``. A manager that starts
 counts from its own start: a server that never comes back is gone after that
 grace period. Sessions made through the API (no ``jupyter_server``) are never
-ended here. Heartbeats are kept in memory, per (owner, server), so that one
-user cannot keep another's server alive.
+ended here. Heartbeats are kept per (owner, server), so that one user cannot keep
+another's server alive, and in the store (``store.notes``): whichever replica of a
+manager service receives one, the leader, which runs this watch, reads it.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Protocol
 
 from ...errors import BaiError
 from ...model import NOT_ENDED, Session
+from ...store import Transaction
 from ..core import Core
 from ..lifecycle.start_stop import Lifecycle
 
@@ -46,21 +49,29 @@ class ServerWatch:
         self.core = core
         self.settings = settings
         self.lifecycle = lifecycle
-        self._since = time.monotonic()
-        self._seen: dict[tuple[str, str], float] = {}
+        #: When this process started watching (it leads since): silence counts from then.
+        self._since = time.time()
+        #: Heartbeats received here and not yet written to the store.
+        self._unsaved: dict[tuple[str, str], float] = {}
         self._ending: set[str] = set()
+        self._pruned = 0.0
 
     def every(self) -> float:
         """How often a server should say it is alive (a third of the grace period)."""
         return max(0.5, self.settings.server_gone_timeout / 3)
 
     def alive(self, owner: str, server: str) -> None:
-        """``owner``'s server ``server`` is alive now."""
-        self._seen[(owner, server)] = time.monotonic()
+        """``owner``'s server ``server`` is alive now (written with the next notes)."""
+        self._unsaved[(owner, server)] = time.time()
+
+    def unsaved(self) -> dict[tuple[str, str], float]:
+        """The heartbeats received since the last call, to be written to the store."""
+        taken, self._unsaved = self._unsaved, {}
+        return taken
 
     async def loop(self) -> None:
         """Check every few seconds (off while ``server_gone_timeout`` is 0)."""
-        self._since = time.monotonic()
+        self._since = time.time()
         interval = lambda: min(5.0, self.every())  # noqa: E731
         what = "checking the Jupyter servers"
         await self.core.every(interval, self.check, what, minimum=0.2).run()
@@ -70,17 +81,23 @@ class ServerWatch:
         timeout = self.settings.server_gone_timeout
         if timeout <= 0:
             return
-        now = time.monotonic()
+        now = time.time()
+        keep = max(timeout * 10, 600)
+        seen = await self.core.query(partial(Transaction.servers_seen, since=now - keep))
+        for key, at in self._unsaved.items():  # received here, not written yet
+            seen[key] = max(at, seen.get(key, 0.0))
         for session in await self.core.list_sessions(statuses=NOT_ENDED):
             server = session.meta.get(SERVER_META)
             if not isinstance(server, str) or not server:
                 continue
-            last = self._seen.get((session.owner, server), self._since)
+            last = max(seen.get((session.owner, server), 0.0), self._since)
             if now - last >= timeout and session.id not in self._ending:
                 self._ending.add(session.id)
                 self.core.spawn(self._end(session, server, now - last))
-        # Forget servers silent for long: their sessions are ended already.
-        self._seen = {k: t for k, t in self._seen.items() if now - t < max(timeout * 10, 600)}
+        if now - self._pruned > 60:  # servers silent for long: their sessions ended already
+            self._pruned = now
+            forget = partial(Transaction.forget_servers, before=now - keep)
+            await self.core.db(forget, serial=False)
 
     async def _end(self, session: Session, server: str, silent: float) -> None:
         self.core.log.warning(
