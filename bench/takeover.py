@@ -28,7 +28,6 @@ from urllib.error import HTTPError, URLError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from conftest import postgres_database
 from harness.haproxy import HaHub, Replica, running_ha_hub, wait_serving
 from harness.pg import running_postgres
 
@@ -90,8 +89,7 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory(prefix="bai-takeover-") as state,
         running_postgres() as pg,
-        postgres_database(pg.url) as store_url,
-        running_ha_hub(Path(state), store_url, MANAGER) as ha,
+        running_ha_hub(Path(state), pg.database("bai_takeover"), MANAGER) as ha,
     ):
         ha.hub.add_user("carol", admin=True)
         takeovers, restarts = [], []

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
-from conftest import postgres_database
 from harness.haproxy import PREFIX, REPLICA_HEADER, HaHub, RawEvents, running_ha_hub, wait_serving
 from harness.pg import Postgres, running_postgres
 from tornado.httpclient import AsyncHTTPClient
@@ -51,10 +50,8 @@ def ha_postgres() -> Iterator[Postgres]:
 def ha(
     tmp_path_factory: pytest.TempPathFactory, ha_postgres: Postgres, kernel_image: str
 ) -> Iterator[HaHub]:
-    with (
-        postgres_database(ha_postgres.url) as store_url,
-        running_ha_hub(tmp_path_factory.mktemp("ha"), store_url, MANAGER) as running,
-    ):
+    store_url = ha_postgres.database("bai_ha")
+    with running_ha_hub(tmp_path_factory.mktemp("ha"), store_url, MANAGER) as running:
         for user in USERS:
             running.hub.add_user(user)
         running.hub.add_user("carol", admin=True)

@@ -43,6 +43,18 @@ class Postgres:
     def url(self) -> str:
         return f"postgresql+psycopg://postgres@/postgres?host={self.folder}&port={self.port}"
 
+    def database(self, name: str) -> str:
+        """Create database ``name`` (the cluster goes with its folder: nothing to drop)."""
+        import sqlalchemy as sa
+
+        admin = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        finally:
+            admin.dispose()
+        return sa.make_url(self.url).set(database=name).render_as_string(hide_password=False)
+
     def start(self) -> None:
         options = f"-k {self.folder} -p {self.port} -c listen_addresses='' -c fsync=off"
         _as_postgres(
