@@ -29,6 +29,7 @@ from ..registry import local_owner
 from ..server.host import NAME, ApiHost, ManagerStartFailed, Step
 from ..server.routes import routes
 from .auth import CallerAuthorizer, HubIdentity, TokenIdentity
+from .health import HealthHandler
 
 __all__ = ["ManagerService"]
 
@@ -178,6 +179,7 @@ class ManagerService(BaiCommand, ApiHost):
             if issubclass(handler, ExtensionHandlerMixin):
                 args["name"] = NAME  # as ExtensionApp gives its own handlers
             handlers.append((url_path_join(base, pattern), handler, args))
+        handlers.append((url_path_join(base, "health"), HealthHandler, {"host": self}))
         handlers.extend(extra)
         return web.Application(handlers, **settings)
 

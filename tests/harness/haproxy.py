@@ -40,8 +40,8 @@ from harness.hub import REPO, SERVICE, Hub, _die_with_parent, start_hub, write_m
 from harness.server import free_port
 
 PREFIX = f"/services/{SERVICE}/"
-#: The route HAProxy's health check asks for: any answer but a 5xx means "serving".
-HEALTH = f"{PREFIX}bai/api/v1/openapi.json"
+#: The route HAProxy's health check asks for: 200 once the replica serves, 503 before.
+HEALTH = f"{PREFIX}health"
 #: The header HAProxy adds to every reply: the name of the replica that gave it.
 REPLICA_HEADER = "X-Bai-Replica"
 
@@ -77,7 +77,7 @@ backend bai_replicas
     balance roundrobin
     option httpchk GET {HEALTH}
     # any answer but a 5xx: the replica serves (without credentials the API answers 403)
-    http-check expect rstatus ^[234]
+    http-check expect status 200
     default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
     # a browser stays on one replica (the Hub's OAuth keeps a sign-in's state in the
     # process that began it); token clients carry no such cookie and are balanced
