@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import hub_load
 from conftest import postgres_database
+from harness.haproxy import PREFIX, running_ha_hub
 from harness.hub import SERVICE, Hub, start_hub
 from harness.server import Server, start_server
 from scheduler import make_snapshot
@@ -136,6 +137,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="clients pushing creates")
     parser.add_argument("--service-url", help="where streams and creates go (a load balancer)")
     parser.add_argument("--load-only", action="store_true", help="only streams and creates")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=0,
+        help="streams and creates through HAProxy in front of this many manager replicas "
+        "(the guide's HA set-up, as the HA tests start it; 0: the one service the Hub starts)",
+    )
     args = parser.parse_args()
     pg = os.environ.get("BAI_TEST_POSTGRES_URL")
     if not pg:
@@ -143,6 +151,15 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bai-bench-hub-"))
     if not args.load_only:
         passes(args.runs, work, pg)
+    if args.replicas:
+        with (
+            postgres_database(pg) as store_url,
+            running_ha_hub(work / "ha", store_url, count=args.replicas) as ha,
+        ):
+            args.service_url = args.service_url or ha.haproxy.url + PREFIX
+            print(f"{args.replicas} manager replicas behind HAProxy, one PostgreSQL store")
+            load(ha.hub, args)
+        return
     with postgres_database(pg) as store_url:
         t0 = time.perf_counter()
         hub = start_hub(work / "hub", store_url)
