@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -52,6 +53,8 @@ class Periodic:
     """Runs ``step`` every ``interval()`` seconds, or at once when woken, until stopped.
 
     ``minimum``: the shortest interval, whatever ``interval()`` says.
+    ``gap``: seconds from a step's start before the next may start, however often it is
+    woken meanwhile (wake-ups in a burst are served by one step after the gap).
     ``wait_first``: wait an interval (or a wake-up) before the first step.
     ``event``: the event that wakes it (shared with whoever sets it); its own if none.
     ``log``: returns the log a failed step goes to, as ``bai-jupyter: {what} failed``.
@@ -68,8 +71,10 @@ class Periodic:
         minimum: float = 0.0,
         wait_first: bool = False,
         event: asyncio.Event | None = None,
+        gap: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.step = step
+        self.gap = gap
         self.interval = interval
         self.what = what
         self.log = log
@@ -87,10 +92,14 @@ class Periodic:
         if self.wait_first:
             await self.wait()
         while True:
+            started = time.monotonic()
             try:
                 await self.step()
             except Exception:  # the loop must survive anything a step hits
                 self.log().exception("bai-jupyter: %s failed", self.what)
+            rest = self.gap() - (time.monotonic() - started)
+            if rest > 0:
+                await asyncio.sleep(rest)
             await self.wait()
 
     async def wait(self) -> None:

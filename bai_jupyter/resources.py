@@ -92,6 +92,22 @@ def format_amount(slot: str, amount: Decimal) -> str:
     return f"{amount.normalize():f}"
 
 
+def human_amount(slot: str, amount: Decimal) -> str:
+    """An amount as a person reads it, not as one writes it: ``10.8 GiB`` for
+    ``11314740k`` (three significant digits in the largest binary unit it reaches),
+    ``0.5`` for a count. For what the system has, where :func:`format_amount` would
+    keep every byte."""
+    if KNOWN_SLOTS.get(slot) is not SlotKind.BYTES or not amount:
+        return f"{amount.normalize():f}"
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    power = 0
+    while power < len(units) - 1 and amount >= 1024 ** (power + 1):
+        power += 1
+    scaled = amount / (1024**power)
+    digits = Decimal(1) if scaled >= 100 or not power else Decimal("0.1")
+    return f"{scaled.quantize(digits).normalize():f} {units[power]}"
+
+
 class ResourceSlot(Mapping[str, Decimal]):
     """An immutable mapping slot → amount; a missing slot counts as zero.
 

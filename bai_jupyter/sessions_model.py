@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from .client import RemoteManager
-from .errors import Forbidden, NotFound
+from .errors import Forbidden, NotFound, Unavailable
+from .loops import Backoff
 from .model import NOT_ENDED, STARTING, TERMINAL, ClusterMode, SessionType, Status
 from .request import SpecError, Template, merge, parse_spec, validate_partial
 from .resources import ResourceError, ResourceSlot
@@ -133,6 +134,8 @@ class SessionRow:
     queue_position: int | None = None
     pulling: str | None = None
     services: list[dict[str, Any]] = field(default_factory=list)
+    #: The API's session JSON the row was made from (what ``%bai status --text`` prints).
+    data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SessionRow:
@@ -152,6 +155,7 @@ class SessionRow:
             why_pending=why_pending(data),
             pulling=pulling_text(data),
             services=list(data.get("services") or []),
+            data=dict(data),
         )
 
     @property
@@ -248,12 +252,19 @@ class SessionsModel:
         return rows if all_states else [r for r in rows if not r.ended]
 
 
+#: Reopenings in a row of a cut event stream before the live view stops (about 14 s).
+_TRIES = 5
+
+
 class LiveSessions:
     """Feeds a :class:`SessionsModel` from the server's event stream until cancelled.
 
     Each event updates the row at once, then the session is re-read for what
     events do not carry (why it is pending, services, result) and, while
-    anything is pending, the queue positions. Nothing is polled.
+    anything is pending, the queue positions. Nothing is polled. A stream that is
+    cut (its manager replica went, the server restarts) is reopened after its last
+    event (``since``): the store replays what happened meanwhile; it stops only once
+    ``_TRIES`` reopenings in a row failed.
     """
 
     def __init__(self, remote: RemoteManager, model: SessionsModel) -> None:
@@ -264,8 +275,20 @@ class LiveSessions:
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
         async def listen() -> None:
-            async for event in self.remote.events():
-                events.put_nowait(event)
+            since: int | None = None
+            backoff = Backoff(0.5, 4.0)
+            while True:
+                try:
+                    async for event in self.remote.events(since):
+                        backoff.reset()
+                        if isinstance(event.get("seq"), int):
+                            since = event["seq"]
+                        events.put_nowait(event)
+                    return  # the server closed the stream: it stops
+                except Unavailable:
+                    if backoff.failures >= _TRIES:
+                        raise
+                    await asyncio.sleep(backoff.failed())
 
         listener = asyncio.ensure_future(listen())
         getter: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(events.get())
@@ -305,11 +328,16 @@ class LiveSessions:
             return session_to_json(listed[0]) if listed else None
 
     async def _on_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "reset":  # what was missed is gone from the store
+            await self._reload()
+            return
         self.model.apply_event(event)
-        if (session := await self._read(str(event["session_id"]))) is not None:
-            self.model.update(session)
-        if self.model.pending:
-            self.model.set_queue(await self.remote.queue())
+        # Unavailable: the server went with the stream; the replay after it is back reads.
+        with contextlib.suppress(Unavailable):
+            if (session := await self._read(str(event["session_id"]))) is not None:
+                self.model.update(session)
+            if self.model.pending:
+                self.model.set_queue(await self.remote.queue())
 
 
 # --- the launcher's logic -----------------------------------------------------------------------

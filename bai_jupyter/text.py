@@ -13,11 +13,13 @@ from .sessions_model import SessionRow, kernels_summary, resources_text
 
 __all__ = [
     "cluster_text",
+    "counts_text",
     "duration_text",
     "env_cluster_text",
     "format_table",
     "idle_text",
     "ports_text",
+    "runs_in_containers",
     "service_url",
     "sessions_table",
 ]
@@ -81,14 +83,29 @@ def ports_text(remote: RemoteManager, session: Mapping[str, Any]) -> str:
     )
 
 
-def cluster_text(remote: RemoteManager, session: Mapping[str, Any]) -> str:
-    """One session in full: state, each kernel with role and resources, service ports."""
+def runs_in_containers(session: Mapping[str, Any], agents: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the session's kernels run in containers (an image means something), from
+    the agents of its resource group (``GET agents``); local processes have no image."""
+    group = (session.get("spec") or {}).get("resource_group")
+    backends = {a.get("backend") for a in agents if a.get("resource_group") in (group, None)}
+    return not backends or backends != {"local"}
+
+
+def counts_text(rows: Sequence[SessionRow]) -> str:
+    """``2 live session(s), 1 pending``: the line over the sessions in ``%bai status``."""
+    pending = sum(r.phase == "queued" for r in rows)
+    return f"{len(rows)} live session(s), {pending} pending"
+
+
+def cluster_text(remote: RemoteManager, session: Mapping[str, Any], containers: bool = True) -> str:
+    """One session in full: state, each kernel with role and resources, service ports
+    (``containers``: whether it runs in containers, so its image is worth saying)."""
     row = SessionRow.from_json(session)
     spec = session.get("spec") or {}
     head = (
         f"session {row.id} {('(' + row.name + ') ') if row.name else ''}· {row.type} · "
-        f"{row.outcome if row.ended else row.status} · {spec.get('cluster_mode')} · "
-        f"image {row.image}"
+        f"{row.outcome if row.ended else row.status} · {spec.get('cluster_mode')}"
+        + (f" · image {row.image}" if containers and row.image else "")
     )
     if row.why_pending:
         head += f"\nqueued #{row.queue_position or '?'}: {row.why_pending}"

@@ -31,6 +31,7 @@ from .sessions_model import (
     check_request,
     kernels_summary,
 )
+from .text import cluster_text, counts_text, runs_in_containers
 
 __all__ = ["Launcher", "SessionCard", "SessionsView"]
 
@@ -69,8 +70,9 @@ class Launcher(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
         )
         self.name = w.Text(description="name", placeholder="optional", style=style)
         self.image = w.Text(description="image", placeholder="server default", style=style)
+        # The JupyterLab dialog's types: inference sessions are an endpoint's replicas.
         self.type = w.Dropdown(
-            options=[t.value for t in SessionType if t is not SessionType.SYSTEM],
+            options=[t.value for t in SessionType if t is not SessionType.INFERENCE],
             description="type",
             style=style,
         )
@@ -168,9 +170,19 @@ class SessionCard(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
     """One session: its state, kernels and service-port links, and a terminate button
     that asks first (as the sidebar does), saying when the session holds this kernel."""
 
-    def __init__(self, row: SessionRow, remote: RemoteManager, runner: Runner) -> None:
+    def __init__(
+        self,
+        row: SessionRow,
+        remote: RemoteManager,
+        runner: Runner,
+        agents: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """``agents`` (``GET agents``): show the session in full, as ``%bai status
+        SESSION --text`` prints it (its image only where it runs in containers)."""
         self.remote, self.runner = remote, runner
+        self.agents = agents
         self.info = w.HTML()
+        self.detail = w.HTML()
         self.terminate = w.Button(description="Terminate", button_style="danger")
         self.message = w.HTML()
         self.confirm = w.Button(button_style="danger")
@@ -180,7 +192,9 @@ class SessionCard(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
         self.terminate.on_click(lambda _button: self.ask())
         self.confirm.on_click(lambda _button: self.end())
         self.keep.on_click(lambda _button: self._answered())
-        super().__init__([self.info, w.HBox([self.terminate, self.message]), self.question])
+        super().__init__(
+            [self.info, self.detail, w.HBox([self.terminate, self.message]), self.question]
+        )
         self.row = row
         self.update(row)
 
@@ -215,6 +229,10 @@ class SessionCard(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
             f"{html.escape(state)}<br>kernels: {html.escape(kernels_summary(row.kernels))} · "
             f"{html.escape(row.resources)} each<br>services: {_services_html(row)}"
         )
+        if self.agents is not None and row.data:
+            containers = runs_in_containers(row.data, self.agents)
+            text = cluster_text(self.remote, row.data, containers)
+            self.detail.value = f"<pre>{html.escape(text)}</pre>"
         asking = self.question.layout.display != "none"
         self.terminate.disabled = row.ended or asking
         self.terminate.description = "Cancel" if row.phase == "queued" else "Terminate"
@@ -266,17 +284,21 @@ class SessionsView(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
         runner: Runner,
         all_states: bool = False,
         only: str | None = None,
+        agents: list[dict[str, Any]] | None = None,
     ) -> None:
+        """``only``: one session's card, in full where ``agents`` are given (see
+        :class:`SessionCard`); else a counts line, the table and a card per session."""
         self.remote, self.runner = remote, runner
-        self.all_states, self.only = all_states, only
+        self.all_states, self.only, self.agents = all_states, only, agents
         self.model = SessionsModel()
         self.live = LiveSessions(remote, self.model)
+        self.counts = w.HTML()
         self.table = w.HTML()
         self.cards: dict[str, SessionCard] = {}
         self.card_box = w.VBox()
         self.status = w.HTML()
         parts = [self.card_box, self.status]
-        super().__init__(parts if only else [self.table, *parts])
+        super().__init__(parts if only else [self.counts, self.table, *parts])
         self._lock = threading.Lock()
         self.model.on_change(self.render)
         self.render()
@@ -292,11 +314,13 @@ class SessionsView(w.VBox):  # type: ignore[misc]  # VBox is untyped (Any)
         """Redraw from the model (called on every model change)."""
         with self._lock:
             rows = self.rows()
+            live = [row for row in rows if not row.ended]
+            self.counts.value = html.escape(counts_text(live))
             self.table.value = _table_html(rows)
             for row in rows:
                 card = self.cards.get(row.id)
                 if card is None:
-                    self.cards[row.id] = SessionCard(row, self.remote, self.runner)
+                    self.cards[row.id] = SessionCard(row, self.remote, self.runner, self.agents)
                 else:
                     card.update(row)
             shown = {row.id for row in rows}

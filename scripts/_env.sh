@@ -211,7 +211,8 @@ _bai_setup_docker_steps() {
         missing+=(chromium)
     fi
     # The multi-node tests start their own sshd (ssh:// agents) and registry (PULLING),
-    # and run the rsync client (rsync to a system session): installed, never started.
+    # and run the rsync client (rsync to a system session); the HA tests their own HAProxy:
+    # installed, never started.
     local tools=()
     if [ ! -x /usr/sbin/sshd ]; then
         tools+=(openssh-server)
@@ -221,6 +222,10 @@ _bai_setup_docker_steps() {
     fi
     if ! command -v rsync >/dev/null 2>&1; then
         tools+=(rsync)
+    fi
+    # The HA tests put HAProxy in front of the manager replicas (they start their own).
+    if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+        tools+=(haproxy)
     fi
     if [ "${#tools[@]}" -gt 0 ]; then
         _bai_apt_install_unstarted "${tools[@]}" || true

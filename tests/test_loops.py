@@ -134,3 +134,33 @@ async def test_the_interval_has_a_floor() -> None:
     await asyncio.sleep(0.12)
     await periodic.stop()
     assert 1 <= steps <= (time.monotonic() - began) / 0.05 + 1  # not a busy loop
+
+
+async def test_a_burst_of_wake_ups_within_the_gap_is_served_by_one_step_after_it() -> None:
+    """The scheduler's coalescing: a lone wake-up is served at once; 50 more within the
+    gap that follows give one step once the gap is over, not 50."""
+    steps: list[float] = []
+    stepped = asyncio.Event()
+
+    async def step() -> None:
+        steps.append(time.monotonic())
+        stepped.set()
+
+    periodic = _periodic(step, interval=60.0, gap=lambda: 0.5, wait_first=True)
+    periodic.start()
+    try:
+        await asyncio.sleep(0.05)
+        woken = time.monotonic()
+        periodic.wake()  # alone: no gap to wait for
+        await asyncio.wait_for(stepped.wait(), 5)
+        stepped.clear()
+        assert steps[0] - woken < 0.4
+        for _ in range(50):  # a burst within the gap
+            periodic.wake()
+            await asyncio.sleep(0.002)
+        await asyncio.wait_for(stepped.wait(), 5)
+        assert steps[1] - steps[0] >= 0.5
+        await asyncio.sleep(0.3)
+        assert len(steps) == 2, steps  # the burst was one step
+    finally:
+        await periodic.stop()

@@ -20,7 +20,7 @@ from ..client import RemoteManager
 from ..model import TERMINAL, SessionType, Status
 from ..runtime.protocol import RSYNC_MODULE, RSYNC_USER
 from ..sessions_model import load_rows
-from ..text import cluster_text, sessions_table
+from ..text import cluster_text, runs_in_containers, sessions_table
 from .base import BaiCommand, subcommand
 from .remote import RemoteCommand, read_json, remote_options
 
@@ -34,7 +34,9 @@ class SessionCommand(RemoteCommand):
     flags = _JSON_FLAGS
 
     def text(self, view: dict[str, Any]) -> str:
-        return cluster_text(self.client(), view)
+        # An image is worth naming only where kernels run in containers (not local).
+        agents = self.call(lambda client: client.agents())
+        return cluster_text(self.client(), view, runs_in_containers(view, agents))
 
 
 class SessionCreateApp(SessionCommand):

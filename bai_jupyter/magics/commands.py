@@ -20,9 +20,11 @@ from ..request import SpecError
 from ..sessions_model import SessionRow, load_rows
 from ..text import (
     cluster_text,
+    counts_text,
     env_cluster_text,
     format_table,
     ports_text,
+    runs_in_containers,
     service_url,
     sessions_table,
 )
@@ -98,7 +100,9 @@ class BaiMagics(Magics):
             from ..widgets import Launcher, SessionsView, live_view
 
             if session_id is not None:
-                display(live_view(SessionsView(remote, _LOOP, all_states=True, only=session_id)))
+                agents = _LOOP.run(remote.agents())
+                view = SessionsView(remote, _LOOP, all_states=True, only=session_id, agents=agents)
+                display(live_view(view))
                 _show_usage(remote, session_id, widget=True)
             else:
                 display(Launcher(remote, _LOOP, _LOOP.run(remote.list_templates())))
@@ -106,12 +110,12 @@ class BaiMagics(Magics):
             return
         if session_id is not None:
             session = _LOOP.run(remote.get_json(session_id))
-            print(cluster_text(remote, session))
+            containers = runs_in_containers(session, _LOOP.run(remote.agents()))
+            print(cluster_text(remote, session, containers))
             _show_usage(remote, session_id, widget=False, status=session["status"])
             return
         rows = _LOOP.run(load_rows(remote, all_states=False))
-        pending = sum(r.phase == "queued" for r in rows)
-        print(f"{len(rows)} live session(s), {pending} pending\n{sessions_table(rows)}")
+        print(f"{counts_text(rows)}\n{sessions_table(rows)}")
 
     @magic_arguments("bai sessions")
     @argument("--all-states", action="store_true", help="also ended sessions")
@@ -325,12 +329,14 @@ def command_help(command: str) -> str:
     """One command's usage and help, as a person reads it in a notebook.
 
     IPython's magic_arguments writes the usage as a reST literal block (``::`` lines,
-    indented) under the parser's prog; drop those markers and name the cell magic
-    ``%%bai exec`` as it is typed.
+    indented) under the parser's prog, and the docstrings are reST; drop those markers
+    (a literal or a role reads as its text) and name the cell magic ``%%bai exec`` as
+    it is typed.
     """
     doc = str(getattr(BaiMagics, f"_{command}").__doc__)
     lines = [line for line in doc.strip().splitlines() if line.strip() != "::"]
     text = textwrap.dedent("\n".join(lines)).strip()
+    text = re.sub(r"(?::[a-z]+:)?`{1,2}~?([^`]+?)`{1,2}", r"\1", text)
     text = re.sub(r"\n{3,}", "\n\n", text)
     if command == "exec":
         text = re.sub(r"(?<!%)%bai exec", "%%bai exec", text)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..client import RemoteManager
 from ..errors import InvalidRequest
+from ..model import Status
 from ..request import SpecError, validate_partial
 from ..runtime.protocol import PREFIX as RUNTIME_PREFIX
 from ..sessions_model import SessionRow, queue_positions
@@ -47,9 +48,14 @@ def progress_line(row: SessionRow) -> str:
         elif phase == "result":
             ok = row.result == "SUCCESS"
             marks.append(f"{'✓' if ok else '✗'} result: {row.outcome}")
-        else:
+        elif phase == "starting":
             status = f"{row.status}: {row.pulling}" if row.pulling else row.status
-            marks.append(f"▶ {phase} ({status})")
+            marks.append(f"▶ starting ({status})")
+        elif row.status == Status.RUNNING.value:
+            marks.append("▶ running")
+        else:  # on its way out (TERMINATING) or back (RESTARTING): not "running (…)"
+            word = "ending" if row.status == Status.TERMINATING.value else row.status.lower()
+            marks.append(f"▶ {word} ({row.status})")
     return f"session {row.label}: " + " → ".join(marks)
 
 

@@ -147,13 +147,14 @@ class Core:
         minimum: float = 0.0,
         wait_first: bool = True,
         event: asyncio.Event | None = None,
+        gap: Callable[[], float] = lambda: 0.0,
     ) -> Periodic:
         """A loop that runs ``step`` every ``interval()`` seconds (or when ``event`` is set)
         until cancelled; a step that fails goes to the manager's log and the loop goes on
         (a watchdog must survive what it meets)."""
         log = lambda: self.log  # noqa: E731
         return Periodic(
-            step, interval, what, log, minimum=minimum, wait_first=wait_first, event=event
+            step, interval, what, log, minimum=minimum, wait_first=wait_first, event=event, gap=gap
         )
 
     def wake(self) -> None:

@@ -42,7 +42,7 @@ from .requests.retention import Retention
 from .requests.services import ServicePorts
 from .requests.templates import Templates
 from .requests.tokens import KernelTokens
-from .requests.views import agents_view, queue_view
+from .requests.views import agents_view, named_reasons, queue_view
 from .settings import ManagerSettings
 from .usage import UsageWatch
 from .watchdogs.activity import Activity
@@ -148,12 +148,8 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         core.spawn(self.leadership.loop(), loop=True)
         core.spawn(self.replicas.follow(), loop=True)  # every replica routes to endpoints
         interval = lambda: self.note_interval  # noqa: E731
-        core.spawn(
-            core.every(
-                interval, partial(write_notes, core, self.servers, self.activity), "writing notes"
-            ).run(),
-            loop=True,
-        )
+        notes = partial(write_notes, core, self.servers, self.activity)
+        core.spawn(core.every(interval, notes, "writing notes").run(), loop=True)
         self._started = True
 
     async def _lead(self) -> None:
@@ -266,14 +262,15 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         return await self.launcher.create(request, owner, template, meta, dry_run, groups, admin)
 
     async def get(self, key: str, owner: str | None = None) -> Session:
-        """A session by id or by name (names need the owner); NotFound otherwise."""
-        return await self.core.get(key, owner)
+        """A session by id or by name (names need the owner); NotFound otherwise. The
+        sessions its why-pending names read as they are now (``named_reasons``)."""
+        return (await named_reasons(self.core, [await self.core.get(key, owner)]))[0]
 
     async def list_sessions(
         self, owner: str | None = None, statuses: Iterable[Status] | None = None
     ) -> list[Session]:
         """Sessions, oldest first, of one owner (or everyone's) in the given statuses."""
-        return await self.core.list_sessions(owner, statuses)
+        return await named_reasons(self.core, await self.core.list_sessions(owner, statuses))
 
     async def destroy(
         self, key: str, owner: str | None = None, reason: str = "user-requested", by: str = ""
@@ -293,7 +290,8 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         owner: str | None = None,
     ) -> Session:
         """Wait until the session is in one of ``statuses`` or has ended; Timeout otherwise."""
-        return await self.core.wait_for(key, statuses, timeout, owner)
+        session = await self.core.wait_for(key, statuses, timeout, owner)
+        return (await named_reasons(self.core, [session]))[0]
 
     async def logs(
         self, key: str, kernel: str = "main1", owner: str | None = None, tail: int | None = None
@@ -372,14 +370,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
         self.servers.alive(owner, server)
         return self.servers.every()
 
-    def events(
-        self, since: int | None = None, usage: bool = False
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Session changes made by any process on the store (``since``: first those after
-        that ``seq``); ``usage``: and running sessions' usage, read while it is asked."""
-        if usage:
-            self.usage.wake()
-        return self.core.hub.events(since, usage)
+    def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Session changes as they happen, made by any process on the store (until the
+        caller stops iterating); ``since``: first those logged after that ``seq``."""
+        return self.core.hub.events(since)
 
     # --- views of the agents and the queue ----------------------------------------------------
 
@@ -394,7 +388,10 @@ class BaiSessionManager(ManagerSettings, LoggingConfigurable):
 
     async def queue_view(self, owner: str, admin: bool = False) -> dict[str, Any]:
         """Each resource group's settings and pending queue in the next pass's order."""
-        queues = await self.scheduling.queues()
+        queues = {
+            group: await named_reasons(self.core, queue)
+            for group, queue in (await self.scheduling.queues()).items()
+        }
         settings = {name: dict(conf) for name, conf in dict(self.resource_groups).items()}
         passes = {name: stats.to_json() for name, stats in self.scheduling.stats.items()}
         return queue_view(queues, settings, owner, admin, passes)

@@ -210,7 +210,7 @@ class ScopedManager:
         self, since: int | None = None, usage: bool = False
     ) -> AsyncIterator[dict[str, Any]]:
         admin = await self.is_admin("read")
-        source = self.manager.events(since, usage)
+        source = self.manager.usage.events(since) if usage else self.manager.events(since)
         if self.thread is not None:
             source = _across(source, self.thread)
         async for event in source:

@@ -126,6 +126,14 @@ class ManagerSettings(HasTraits):
         "mountable stays so. Off: everyone is held to allowed_host_paths.",
     )
     pass_interval = Float(5.0, config=True, help="Seconds between periodic scheduling passes.")
+    pass_gap = Float(
+        0.1,
+        min=0.0,
+        config=True,
+        help="Seconds from one scheduling pass's start before the next may start: a burst "
+        "of creates and ends (each wakes the scheduler) is served by one pass after it, "
+        "and a lone create waits for none.",
+    )
     start_timeout = Float(
         120.0, config=True, help="Seconds an agent may take to start a session's kernels."
     )

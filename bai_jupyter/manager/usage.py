@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -81,6 +81,12 @@ class UsageWatch:
         """A stream asks for usage: start reading, unless already reading or switched off."""
         if self.settings.usage_interval > 0 and (self._task is None or self._task.done()):
             self._task = self.core.spawn(self._loop(), loop=True)
+
+    def events(self, since: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """The manager's events (as ``BaiSessionManager.events``) and the usage events,
+        read while such a stream is open."""
+        self.wake()
+        return self.core.hub.events(since, usage=True)
 
     async def _loop(self) -> None:
         await asyncio.sleep(0.05)  # the stream that woke it subscribes meanwhile

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .events import session_event
 from .keys import ID_KEY_RE, ID_LENGTH, MAX_REASON, REASON_RE, is_id_key, reason_problem
-from .pending import pending_reason
+from .pending import name_sessions, pending_reason
 from .records import (
     Agent,
     ExecResult,
@@ -78,6 +78,7 @@ __all__ = [
     "cluster_hostnames",
     "ended_on_purpose",
     "is_id_key",
+    "name_sessions",
     "new_id",
     "pending_reason",
     "reason_problem",

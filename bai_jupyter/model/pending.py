@@ -9,13 +9,36 @@ sidebar and status bar), so they say the same words.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["REASON_SEPARATOR", "pending_reason"]
+__all__ = ["REASON_SEPARATOR", "name_sessions", "pending_reason"]
 
 #: Between two reasons of the sentence (the scheduler's ``msg`` joins verdicts with it too).
 REASON_SEPARATOR = "; "
+
+
+#: A session id in a reason, and the status the pass that wrote it saw (if it says one).
+_SESSION_ID = re.compile(r"\b([0-9a-f]{32})\b(?: \(([A-Z_]+)\))?")
+
+
+def name_sessions(text: str, known: Callable[[str], tuple[str, str] | None]) -> str:
+    """``text`` with each session id read as people know the session: ``session train-1
+    (RUNNING)``, its name (else its short id) and its status *now* (``known``: id →
+    (label, status), None when the reader may not see it: the short id, no status).
+
+    The scheduler writes ids and the statuses of its pass; a reader resolves them when it
+    makes its view, so the sentence is current however long ago the pass ran."""
+
+    def named(match: re.Match[str]) -> str:
+        found = known(match.group(1))
+        if found is None:
+            return f"session {match.group(1)[:8]}"
+        label, status = found
+        return f"session {label} ({status})" if match.group(2) else f"session {label}"
+
+    return _SESSION_ID.sub(named, text)
 
 
 def pending_reason(record: Mapping[str, Any] | None) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ..model import Agent, ClusterMode, SessionSpec
-from ..resources import DEVICE_SLOTS, KNOWN_SLOTS, ResourceSlot, format_amount
+from ..resources import DEVICE_SLOTS, KNOWN_SLOTS, ResourceSlot, format_amount, human_amount
 
 Vector = tuple[Decimal, ...]
 #: Agents per block in a partition's id order: a scan skips a block none of whose agents fits.
@@ -207,7 +207,7 @@ class AgentPool:
         if short:
             return "; ".join(
                 f"needs {slot}={format_amount(slot, need)} but the largest agent has "
-                f"{format_amount(slot, have)} free"
+                f"{human_amount(slot, have)} free"
                 for slot, (need, have) in short.items()
             )
         if spec.cluster_mode is ClusterMode.SINGLE_NODE:
@@ -246,7 +246,7 @@ def never_fits(spec: SessionSpec, agents: Sequence[Agent]) -> str | None:
         )
     largest = max(usable, key=lambda a: [a.capacity.get_amount(s) for s in KNOWN_SLOTS])
     parts = [
-        f"{slot}={format_amount(slot, need)} (largest agent: {format_amount(slot, have)})"
+        f"{slot}={format_amount(slot, need)} (largest agent: {human_amount(slot, have)})"
         for slot, (need, have) in whole.shortfall(largest.capacity).items()
     ] or [whole.describe()]
     return f"needs {', '.join(parts)} on one agent, more than any agent of the group has"

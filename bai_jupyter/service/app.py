@@ -29,6 +29,7 @@ from ..registry import local_owner
 from ..server.host import NAME, ApiHost, ManagerStartFailed, Step
 from ..server.routes import routes
 from .auth import CallerAuthorizer, HubIdentity, TokenIdentity
+from .health import HealthHandler
 
 __all__ = ["ManagerService"]
 
@@ -71,6 +72,15 @@ class ManagerService(BaiCommand, ApiHost):
         config=True,
         help="How callers are authenticated: by the Hub ('hub'), by TokenIdentity.users "
         "('tokens'), or by the Hub when JUPYTERHUB_API_TOKEN is set, else tokens ('auto').",
+    )
+    cookie_secret_file = Unicode(
+        "",
+        config=True,
+        help="A file holding the secret that signs this service's cookies (the Hub's OAuth "
+        "state and sign-in), as hex (JupyterHub's format). Empty: a new random secret per "
+        "start, right for one process. Replicas behind a load balancer must share one file: "
+        "else a browser's sign-in fails whenever its callback or next request reaches "
+        "another replica.",
     )
 
     def _multi_user_default(self) -> bool:
@@ -128,6 +138,27 @@ class ManagerService(BaiCommand, ApiHost):
                 print(f"bai-jupyter manager: token for {local_owner()}: {token}", flush=True)
         return identity, []
 
+    def _cookie_secret(self) -> bytes:
+        """The configured secret (read once, at start), else a random one."""
+        if not self.cookie_secret_file:
+            return secrets.token_bytes(32)
+        from pathlib import Path
+
+        text = Path(self.cookie_secret_file).read_text().strip()
+        try:
+            secret = bytes.fromhex(text)
+        except ValueError:
+            raise SystemExit(
+                f"bai-jupyter manager: {self.cookie_secret_file} (cookie_secret_file) must "
+                "hold hex digits, e.g. the output of `openssl rand -hex 32`"
+            ) from None
+        if len(secret) < 32:
+            raise SystemExit(
+                f"bai-jupyter manager: {self.cookie_secret_file} (cookie_secret_file) holds "
+                f"{len(secret)} bytes; give at least 32 (`openssl rand -hex 32`)"
+            )
+        return secret
+
     def make_app(self) -> web.Application:
         """The tornado application: the extension's routes under ``base_url``, its settings."""
         base = self._base_url()
@@ -136,6 +167,7 @@ class ManagerService(BaiCommand, ApiHost):
             **self.app_settings(base),
             "identity_provider": identity,
             "authorizer": CallerAuthorizer(parent=self),
+            "cookie_secret": self._cookie_secret(),  # shared by replicas when configured
         }
         if self._under_hub():
             settings["hub_auth"] = identity.hub_auth
@@ -147,6 +179,7 @@ class ManagerService(BaiCommand, ApiHost):
             if issubclass(handler, ExtensionHandlerMixin):
                 args["name"] = NAME  # as ExtensionApp gives its own handlers
             handlers.append((url_path_join(base, pattern), handler, args))
+        handlers.append((url_path_join(base, "health"), HealthHandler, {"host": self}))
         handlers.extend(extra)
         return web.Application(handlers, **settings)
 
@@ -159,13 +192,15 @@ class ManagerService(BaiCommand, ApiHost):
         app = self.make_app()
         server = HTTPServer(app, xheaders=True)
         port = self._port()
-        server.listen(port, self.ip)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         try:
             await self.start_manager(app.settings, port)
+            # Listen only now: a load balancer (or the Hub's proxy) sends nothing to a
+            # replica still starting, whose every answer would be a 503.
+            server.listen(port, self.ip)
             print(f"bai-jupyter manager: serving {self.own_url()}", flush=True)
             await stop.wait()
         except ManagerStartFailed:

@@ -129,6 +129,14 @@ class SessionRecords:
         found = self._load_sessions(rows, history=True)
         return found[0] if found else None
 
+    def count_sessions(self, owner: str, statuses: Iterable[Status]) -> int:
+        """How many of ``owner``'s sessions are in ``statuses`` (without reading them)."""
+        table = sessions_table
+        query = sa.select(sa.func.count()).where(
+            table.c.owner == owner, table.c.status.in_([s.value for s in statuses])
+        )
+        return int(self.conn.execute(query).scalar_one())
+
     def list_sessions(
         self,
         owner: str | None = None,

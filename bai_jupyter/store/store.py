@@ -23,6 +23,8 @@ from .tables import SCHEMA_VERSION, meta_table, metadata
 from .transaction import Transaction
 
 _NO_FILE = (None, "", ":memory:")
+#: The PostgreSQL advisory lock that makes opening (creating, migrating) a store one at a time.
+_OPEN_LOCK = 0x6261_695F_6F70_656E  # "bai_open"
 
 
 def default_url() -> str:
@@ -70,6 +72,11 @@ class Store:
 
     def _open(self) -> None:
         with self.engine.connect().execution_options(bai_write=True) as conn, conn.begin():
+            if conn.dialect.name == "postgresql":
+                # Replicas started together on an empty database: one creates the schema
+                # and the secrets, the others wait here, then read them (SQLite's write
+                # transaction already excludes the others).
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _OPEN_LOCK})
             tables = set(sa.inspect(conn).get_table_names())
             ours = {t.name for t in metadata.sorted_tables}
             if meta_table.name not in tables:

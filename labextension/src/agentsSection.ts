@@ -58,7 +58,8 @@ function agent(state: BaiState, agent: AgentJSON, live?: UsageHistory): HTMLElem
           }
         },
         h('div', {
-          class: 'bai-Bar-fill',
+          // Any share held shows (a few pixels at least), not a fraction of a pixel.
+          class: used > 0 ? 'bai-Bar-fill bai-mod-held' : 'bai-Bar-fill',
           attrs: { style: `width: ${(used * 100).toFixed(1)}%` }
         })
       ),
@@ -81,7 +82,9 @@ function agent(state: BaiState, agent: AgentJSON, live?: UsageHistory): HTMLElem
       'div',
       { class: 'bai-Agent-head' },
       h('strong', {}, agent.id),
-      ` · ${agent.backend} · ${count} kernel${count === 1 ? '' : 's'}`,
+      // The default agent is named after its backend: "docker", not "docker · docker".
+      agent.backend === agent.id ? null : ` · ${agent.backend}`,
+      ` · ${count} kernel${count === 1 ? '' : 's'}`,
       agent.schedulable ? null : ' · not schedulable'
     ),
     ...bars,

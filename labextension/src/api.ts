@@ -187,14 +187,21 @@ export class BaiClient {
   /**
    * Follow the event stream (`GET events`, Server-Sent Events read with a streaming
    * fetch so Jupyter's own authentication applies) until `signal` aborts. A broken
-   * stream is reopened after `retryMs`; each (re)connection calls `connected()`.
+   * stream is reopened after `retryMs` where it left off (`since` the last event's
+   * `seq`: the store replays what was missed, whichever replica answers); each
+   * (re)connection calls `connected()`. A `reset` (the store no longer holds what was
+   * missed) is not passed on: `connected()`'s full read covers it.
    */
   async events(handlers: EventHandlers, signal: AbortSignal, retryMs = 2000): Promise<void> {
+    let since: number | null = null;
     while (!signal.aborted) {
       let reason = 'the server closed the event stream';
       try {
         const reply = await ServerConnection.makeRequest(
-          this.url('events', handlers.usage ? { usage: '1' } : {}),
+          this.url('events', {
+            ...(since === null ? {} : { since: String(since) }),
+            ...(handlers.usage ? { usage: '1' } : {})
+          }),
           { method: 'GET', signal, headers: { Accept: 'text/event-stream' } },
           this.settings
         );
@@ -205,9 +212,12 @@ export class BaiClient {
         await readEvents(reply.body, signal, data => {
           const event = JSON.parse(data) as SessionEvent | UsageEvent;
           if (isUsageEvent(event)) {
-            handlers.usage?.(event);
+            handlers.usage?.(event); // no seq: never replayed, never a place to resume from
           } else {
-            handlers.event(event);
+            since = typeof event.seq === 'number' ? event.seq : since;
+            if (event.type !== 'reset') {
+              handlers.event(event);
+            }
           }
         });
       } catch (error) {

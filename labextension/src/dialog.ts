@@ -11,10 +11,22 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, BaiClient, errorText } from './api';
 import { h } from './dom';
-import { buildRequest, EMPTY_FORM, formField, FormField, FormValues, messageText } from './form';
+import {
+  buildRequest,
+  EMPTY_FORM,
+  formField,
+  FormField,
+  FormValues,
+  messageText,
+  slotInput,
+  without
+} from './form';
+import { namedIds } from './text';
 import { SessionJSON, SessionRequest, TemplateJSON } from './types';
 
 const CHECK_DELAY_MS = 250;
+/** Dry runs per check at most: each finds one more error. */
+const MAX_CHECKS = 6;
 /**
  * Where "Open notebook" makes the notebook of a session the dialog created (the file
  * browser's root): the create asks the server to start the session's kernels in that
@@ -61,15 +73,22 @@ export function formRow(
   return { row, message };
 }
 
-/** Show (or clear, with '') the message of a row; its controls are marked invalid meanwhile. */
-export function showMessage(node: HTMLElement, row: HTMLElement | undefined, text: string): void {
+/**
+ * Show (or clear, with '') the message of a row; the controls at fault (`faulty`: ids;
+ * default every control of the row) are marked invalid meanwhile, and only they.
+ */
+export function showMessage(
+  node: HTMLElement,
+  row: HTMLElement | undefined,
+  text: string,
+  faulty?: ReadonlySet<string>
+): void {
   node.textContent = text;
   row?.classList.toggle('bai-mod-invalid', Boolean(text));
-  row
-    ?.querySelectorAll('input, select, textarea')
-    .forEach(el =>
-      text ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid')
-    );
+  row?.querySelectorAll('input, select, textarea').forEach(el => {
+    const bad = Boolean(text) && (!faulty?.size || faulty.has(el.id));
+    return bad ? el.setAttribute('aria-invalid', 'true') : el.removeAttribute('aria-invalid');
+  });
 }
 
 /**
@@ -85,15 +104,26 @@ export function allowAccept(body: HTMLElement, marker: HTMLElement, valid: boole
 }
 
 /**
+ * What went wrong, for a dialog's body: the server's message with sessions by name or
+ * short id (`names`: id → name), wrapped to the dialog's width.
+ */
+export function errorBody(error: unknown, names?: ReadonlyMap<string, string>): Widget {
+  return new Widget({
+    node: h('div', { class: 'bai-DialogError' }, namedIds(errorText(error), names))
+  });
+}
+
+/**
  * Ask first (`verb` on a warning button, `keep` on the one that does nothing), then act;
- * a failure is shown in a dialog.
+ * a failure is shown in a dialog (sessions in it by name: `names`, id → name).
  */
 export async function confirmThen(
   title: string,
   body: string,
   verb: string,
   act: () => Promise<unknown>,
-  keep = 'Cancel'
+  keep = 'Cancel',
+  names?: ReadonlyMap<string, string>
 ): Promise<void> {
   const answer = await showDialog({
     title,
@@ -108,7 +138,7 @@ export async function confirmThen(
   } catch (error) {
     await showDialog({
       title: `${verb} failed`,
-      body: errorText(error),
+      body: errorBody(error, names),
       buttons: [Dialog.okButton()]
     });
   }
@@ -277,31 +307,50 @@ class SessionForm extends Widget {
     this.timer = setTimeout(() => void this.check(), CHECK_DELAY_MS);
   }
 
-  /** Ask the server (dry run) and show what it says, next to the field it is about. */
+  /**
+   * Ask the server (dry run) and show what it says, next to the field it is about;
+   * every error at once: each dry run leaves out what the last one was about, until
+   * the server accepts the rest (a few runs at most).
+   */
   private async check(): Promise<void> {
     const mine = ++this.checks;
     const { request, problems } = buildRequest(this.values());
-    let serverProblem: [FormField, string] | null = null;
-    if (!Object.keys(problems).length) {
+    const found = new Map<FormField, string[]>();
+    const faulty = new Map<FormField, Set<string>>();
+    for (const [field, text] of Object.entries(problems) as [FormField, string][]) {
+      found.set(field, [text]);
+    }
+    let next: SessionRequest | null = request;
+    for (let run = 0; next && run < MAX_CHECKS; run++) {
       try {
-        await this.client.create(request, true);
+        await this.client.create(next, true);
+        next = null;
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
         const named = error instanceof ApiError ? error.field : null;
         const about = formField(named);
         // A field the form has no row for (say, a template's resource_group): say it at the end.
         const field = this.messages.has(about) ? about : 'form';
-        serverProblem = [field, field === 'form' ? message : messageText(message, named)];
+        const text = field === 'form' ? message : messageText(message, named);
+        if (found.get(field)?.includes(text)) {
+          break; // taking the field out did not help (say, a required one)
+        }
+        found.set(field, [...(found.get(field) ?? []), text]);
+        const input = slotInput(named);
+        if (input) {
+          faulty.set(field, (faulty.get(field) ?? new Set()).add(`bai-field-${input}`));
+        }
+        next = field === 'form' ? null : without(next!, named);
       }
     }
     if (mine !== this.checks || this.isDisposed) {
       return; // the user typed again meanwhile
     }
     for (const [field, node] of this.messages) {
-      const text = serverProblem?.[0] === field ? serverProblem[1] : (problems[field] ?? '');
-      showMessage(node, this.rows.get(field), text);
+      const texts = found.get(field) ?? [];
+      showMessage(node, this.rows.get(field), texts.join('\n'), faulty.get(field));
     }
-    this.valid = !serverProblem && !Object.keys(problems).length;
+    this.valid = found.size === 0;
     this.setAccept();
   }
 
@@ -347,9 +396,30 @@ export async function newSessionDialog(
   } catch (error) {
     await showDialog({
       title: 'The session was not created',
-      body: error instanceof Error ? error.message : String(error),
+      body: errorBody(
+        error,
+        new Map(sessions.filter(s => s.name).map(s => [s.id, s.name!] as [string, string]))
+      ),
       buttons: [Dialog.okButton()]
     });
     return null;
   }
+}
+
+/**
+ * The session as it is once the scheduler's first pass has looked at it (a few
+ * seconds at most): still PENDING with the reason it waits, or on its way.
+ */
+export async function afterFirstPass(
+  client: BaiClient,
+  session: SessionJSON,
+  timeoutMs = 5000
+): Promise<SessionJSON> {
+  const deadline = Date.now() + timeoutMs;
+  let now = session;
+  while (now.status === 'PENDING' && !now.pending_reason && Date.now() < deadline) {
+    await new Promise(resolve => setTimeout(resolve, 250));
+    now = await client.session(session.id).catch(() => now);
+  }
+  return now;
 }

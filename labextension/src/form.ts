@@ -34,10 +34,48 @@ export function formField(field: string | null): FormField {
   return (FORM_FIELDS as readonly string[]).includes(head) ? (head as FormField) : 'form';
 }
 
-/** The message without the field path (`field: `) the form already shows next to it. */
+/**
+ * The message without the part of its field path the form's row already says: the
+ * row's name goes, what is inside it stays (`resources.cpu: cannot parse 'abc'` under
+ * "Resources per kernel" reads `cpu: cannot parse 'abc'`).
+ */
 export function messageText(message: string, field: string | null): string {
   const prefix = field ? `${field}: ` : '';
-  return prefix && message.startsWith(prefix) ? message.slice(prefix.length) : message;
+  if (!prefix || !message.startsWith(prefix)) {
+    return message;
+  }
+  const head = formField(field);
+  return field!.startsWith(`${head}.`)
+    ? message.slice(head.length + 1)
+    : message.slice(prefix.length);
+}
+
+/** The input of a slot the server names (`resources.cuda.device` → `gpu`), if one. */
+export function slotInput(field: string | null): keyof FormValues | null {
+  const slot = field?.startsWith('resources.') ? field.slice('resources.'.length) : null;
+  const inputs: Record<string, keyof FormValues> = { cpu: 'cpu', mem: 'mem', 'cuda.device': 'gpu' };
+  return slot !== null ? (inputs[slot] ?? null) : null;
+}
+
+/**
+ * The request without what a server error was about, so the next dry run finds the
+ * next error: a slot of `resources` alone, else the whole field (null: nothing left
+ * to take out, the check is over).
+ */
+export function without(request: SessionRequest, field: string | null): SessionRequest | null {
+  const head = formField(field);
+  if (head === 'form' || !(head in request)) {
+    return null;
+  }
+  const next: SessionRequest = { ...request };
+  const slot = field!.startsWith('resources.') ? field!.slice('resources.'.length) : null;
+  const slots = (request.resources ?? {}) as Slots;
+  if (slot !== null && slot in slots) {
+    next.resources = Object.fromEntries(Object.entries(slots).filter(([key]) => key !== slot));
+  } else {
+    delete next[head];
+  }
+  return next;
 }
 
 /** The dialog's inputs as text, as the user typed them. */

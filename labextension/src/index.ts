@@ -11,7 +11,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { BaiClient } from './api';
-import { NOTEBOOK_FOLDER, newSessionDialog } from './dialog';
+import { afterFirstPass, errorBody, NOTEBOOK_FOLDER, newSessionDialog } from './dialog';
 import { HeldRuns } from './heldRuns';
 import { followKernelEnds } from './kernelEnd';
 import { baiIcon } from './icon';
@@ -19,7 +19,7 @@ import { LiveState } from './live';
 import { logViewer } from './logs';
 import { SessionsSidebar } from './sidebar';
 import { SessionStatus } from './statusbar';
-import { label } from './text';
+import { label, whyPending } from './text';
 import { SessionJSON } from './types';
 
 const PLUGIN = 'bai-jupyter:plugin';
@@ -88,7 +88,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       } catch (error) {
         await showDialog({
           title: `No notebook on ${label(session)}`,
-          body: error instanceof Error ? error.message : String(error),
+          body: errorBody(error, live.state.names()),
           buttons: [Dialog.okButton()]
         });
       }
@@ -122,17 +122,29 @@ const plugin: JupyterFrontEndPlugin<void> = {
       caption: 'Create a bai session: a cluster of kernels the scheduler queues until it fits',
       icon: baiIcon,
       execute: async () => {
-        const session = await newSessionDialog(client, live.state.list(false));
-        if (!session) {
+        const created = await newSessionDialog(client, live.state.list(false));
+        if (!created) {
           return;
         }
-        live.state.loadSession(session);
+        live.state.loadSession(created);
         shell.activateById(sidebar.id);
-        sidebar.reveal(session.id);
+        sidebar.reveal(created.id);
+        // A session that must wait says why at once, not only in the sidebar.
+        const session = await afterFirstPass(client, created);
+        live.state.loadSession(session);
+        const why = whyPending(session, live.state.names());
+        const state = why ? `It waits in the queue: ${why}.` : `It is ${session.status}.`;
+        if (session.spec.type !== 'interactive' && why) {
+          await showDialog({
+            title: `Session ${label(session)} was created`,
+            body: state,
+            buttons: [Dialog.okButton()]
+          });
+        }
         if (session.spec.type === 'interactive') {
           const answer = await showDialog({
             title: `Session ${label(session)} was created`,
-            body: `It is ${session.status}. Open a notebook whose kernel runs in its main1?`,
+            body: `${state} Open a notebook whose kernel runs in its main1?`,
             buttons: [
               Dialog.cancelButton({ label: 'Not now' }),
               Dialog.okButton({ label: 'Open notebook' })

@@ -183,9 +183,26 @@ export class LiveState {
     } catch (error) {
       console.warn('bai-jupyter: could not re-read a session', error);
     }
+    if (folded.statusChanged) {
+      this.refreshDependants(event.session_id);
+    }
     const session = this.state.sessions.get(event.session_id);
     if (session && replicaOf(session)) {
       this.refreshEndpoints(); // a replica came, went, or changed status
+    }
+  }
+
+  /**
+   * The pending sessions that wait for `id`: their why-pending names it with its status
+   * as the server read it, so they are read again when that status changes.
+   */
+  private refreshDependants(id: string): void {
+    for (const waiting of this.state.sessions.values()) {
+      if (waiting.status === Status.PENDING && waiting.spec.depends_on?.includes(id)) {
+        this.refresh(waiting.id).catch(error =>
+          console.warn('bai-jupyter: could not re-read a session', error)
+        );
+      }
     }
   }
 

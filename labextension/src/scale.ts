@@ -8,8 +8,8 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, errorText } from './api';
-import { allowAccept, formRow, showMessage } from './dialog';
+import { ApiError } from './api';
+import { allowAccept, errorBody, formRow, showMessage } from './dialog';
 import { h } from './dom';
 import {
   buildScaling,
@@ -149,7 +149,7 @@ export async function scaleDialog(live: LiveState, endpoint: EndpointJSON): Prom
       live.refreshEndpoints(0); // what it is now (deleted meanwhile, say)
       await showDialog({
         title: `Endpoint ${endpoint.name} was not scaled`,
-        body: errorText(error),
+        body: errorBody(error),
         buttons: [Dialog.okButton()]
       });
       return false;

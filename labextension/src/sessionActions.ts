@@ -50,9 +50,12 @@ export function sessionActions(
         () =>
           void confirmThen(
             `Interrupt ${name}?`,
-            'What its main1 kernel runs now stops (SIGINT).',
+            'What its main1 kernel runs now stops (SIGINT).' +
+              notebooksOn(live, session, 'interrupt'),
             'Interrupt',
-            () => client.interrupt(id)
+            () => client.interrupt(id),
+            'Cancel',
+            live.state.names()
           )
       ),
       button('Open notebook', `Open a notebook on session ${name}`, `nb-${id}`, () =>
@@ -67,13 +70,36 @@ export function sessionActions(
   return h('div', { class: 'bai-Actions' }, ...buttons);
 }
 
+/**
+ * What the confirmation adds when the session holds the kernel of notebooks open here:
+ * their names, and what happens to them, so no one ends their own notebook unawares.
+ */
+export function notebooksOn(
+  live: LiveState,
+  session: SessionJSON,
+  what: 'end' | 'interrupt'
+): string {
+  const paths = live.state
+    .kernelsOf(session)
+    .map(kernel => kernel.path)
+    .filter((path): path is string => !!path);
+  if (!paths.length) {
+    return '';
+  }
+  const them = paths.length === 1 ? `notebook ${paths[0]}` : `notebooks ${paths.join(', ')}`;
+  return what === 'end'
+    ? ` It runs the kernel of your ${them}: what that kernel holds is lost, and it does not restart.`
+    : ` It runs the kernel of your ${them}: the cell running there stops.`;
+}
+
 /** Cancel or terminate a session, once the user confirms. */
 async function end(live: LiveState, session: SessionJSON, verb: string): Promise<void> {
   const name = label(session);
   const what =
-    verb === 'Cancel'
+    (verb === 'Cancel'
       ? `${name} leaves the queue and never starts.`
-      : `Its kernels (${clusterHosts(session)}) stop and their containers are removed.`;
+      : `Its kernels (${clusterHosts(session)}) stop and their containers are removed.`) +
+    notebooksOn(live, session, 'end');
   // Not "Cancel" twice: the button that does nothing says what it keeps.
   const keep = verb === 'Cancel' ? 'Keep waiting' : undefined;
   await confirmThen(
@@ -84,6 +110,7 @@ async function end(live: LiveState, session: SessionJSON, verb: string): Promise
       await live.client.destroy(session.id);
       await live.refresh(session.id);
     },
-    keep
+    keep,
+    live.state.names()
   );
 }

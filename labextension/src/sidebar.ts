@@ -23,7 +23,7 @@ import {
   statusTone,
   whyPending
 } from './text';
-import { isEnded, SessionJSON, Status } from './types';
+import { endedAt, isEnded, SessionJSON, Status } from './types';
 import { refreshUsage, sessionUsage } from './usageViews';
 
 export interface SidebarOptions {
@@ -147,10 +147,12 @@ export class SessionsSidebar extends Widget {
   private sessionsSection(): HTMLElement {
     const state = this.live.state;
     const live = state.list(false);
+    // The most recently ended first, whenever they were made.
     const ended = this.options.showEnded
       ? state
           .list(true)
           .filter(s => isEnded(s.status))
+          .sort((a, b) => endedAt(b) - endedAt(a))
           .slice(0, this.options.maxEnded)
       : [];
     const sessions = [...live, ...ended];

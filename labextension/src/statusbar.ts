@@ -23,6 +23,8 @@ export class SessionStatus extends Widget {
     private readonly reveal: (id: string) => void
   ) {
     super();
+    // JupyterLab's own text item class: the same font and line box as its neighbours.
+    this.addClass('jp-StatusBar-TextItem');
     this.addClass('bai-StatusItem');
     this.node.setAttribute('role', 'button');
     this.node.tabIndex = 0;

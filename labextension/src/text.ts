@@ -169,6 +169,14 @@ export function label(session: { id: string; name?: string | null }): string {
 const SESSION_ID = /\b[0-9a-f]{32}\b/g;
 
 /**
+ * A server's message with each session id read as people know the session: its name
+ * (`names`: id → name), else its short id; never a 32-character id to scroll past.
+ */
+export function namedIds(text: string, names: ReadonlyMap<string, string> = new Map()): string {
+  return text.replace(SESSION_ID, id => names.get(id) ?? id.slice(0, 8));
+}
+
+/**
  * Why a pending session waits, in words: the server's `pending_reason` (one sentence
  * built from the scheduler's record, each reason once), with session ids replaced by
  * the names people know them by ("waiting for train-1 (RUNNING) to succeed"). Null

@@ -155,6 +155,19 @@ export interface SessionJSON {
   sftp?: SftpJSON | null;
   /** Once someone ended it on purpose: who, why, and that its notebook kernel is over. */
   end_notice?: string | null;
+  /** Each status it went through, and when (seconds since the epoch). */
+  status_history?: { status: string; at: number; info: string | null }[];
+}
+
+/** When a session ended: its last ending status's time (else when it was made). */
+export function endedAt(session: SessionJSON): number {
+  const history = session.status_history ?? [];
+  for (let i = history.length - 1; i >= 0; i--) {
+    if (ENDED.has(history[i].status)) {
+      return history[i].at;
+    }
+  }
+  return session.created_at;
 }
 
 export interface SessionEvent {
@@ -167,6 +180,8 @@ export interface SessionEvent {
   kernels: Record<string, string>;
   at: number;
   notice?: { kind: string; kernel: string; at: number; message: string };
+  /** Its place in the store's change log: a stream resumes after it (`since`). */
+  seq?: number;
 }
 
 export interface QueueEntry {

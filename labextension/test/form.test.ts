@@ -2,7 +2,7 @@
  * The create form: the request its values make, and which field a server message
  * is about.
  */
-import { buildRequest, EMPTY_FORM, formField, messageText } from '../src/form';
+import { buildRequest, EMPTY_FORM, formField, messageText, slotInput, without } from '../src/form';
 
 describe('the create form', () => {
   it('sends only what the user set', () => {
@@ -92,11 +92,33 @@ describe('server messages next to their fields', () => {
     expect(messageText('image: no such thing', null)).toBe('image: no such thing');
   });
 
-  it('drops the field path the form already shows', () => {
+  it('drops the part of the field path the form already shows, keeps the slot', () => {
     const message = "resources.cpu: amount must not be negative, got '-1'";
-    expect(messageText(message, 'resources.cpu')).toBe("amount must not be negative, got '-1'");
+    expect(messageText(message, 'resources.cpu')).toBe(
+      "cpu: amount must not be negative, got '-1'"
+    );
+    expect(messageText('image: no such thing', 'image')).toBe('no such thing');
     const never = "resource group 'default': needs cpu=64 (largest agent: 4) on one agent";
     expect(messageText(never, 'resources')).toBe(never);
     expect(messageText('no path here', null)).toBe('no path here');
+  });
+});
+
+describe('every error at once', () => {
+  it('takes out only the slot at fault, then the field, until nothing is left', () => {
+    const request = { type: 'interactive', cluster_size: 0, resources: { cpu: 'abc', mem: '-1' } };
+    expect(without(request, 'resources.cpu')).toEqual({ ...request, resources: { mem: '-1' } });
+    expect(without(request, 'cluster_size')).toEqual({
+      type: 'interactive',
+      resources: request.resources
+    });
+    expect(without(request, 'startup_command')).toBeNull(); // not in it: no next run
+    expect(without(request, null)).toBeNull();
+  });
+
+  it('finds the input of the slot the server names', () => {
+    expect(slotInput('resources.cuda.device')).toBe('gpu');
+    expect(slotInput('resources.mem')).toBe('mem');
+    expect(slotInput('cluster_size')).toBeNull();
   });
 });

@@ -285,3 +285,23 @@ it('says which session ended, as its event comes (the plugin reads the kernelspe
   expect(ended).toEqual([OTHER]);
   live.dispose();
 });
+
+it('reads a waiting session again when a session it depends on changes status', async () => {
+  const { client, live } = await started();
+  const waiting = sessionOf('w'.repeat(32), {});
+  waiting.status = 'PENDING';
+  waiting.spec.depends_on = [OTHER];
+  waiting.pending_reason = 'waiting for session other (CREATING) to succeed';
+  client.sessionsList.push(waiting);
+  live.state.loadSession({ ...waiting });
+  client.sessionsList[2] = {
+    ...waiting,
+    pending_reason: 'waiting for session other (RUNNING) to succeed'
+  };
+  client.handlers!.event(event(OTHER, 'TERMINATING'));
+  await jest.advanceTimersByTimeAsync(1000);
+  expect(live.state.sessions.get(waiting.id)!.pending_reason).toBe(
+    'waiting for session other (RUNNING) to succeed'
+  );
+  live.dispose();
+});

@@ -13,7 +13,8 @@ import {
   resultText,
   statusTone,
   usage,
-  whyPending
+  whyPending,
+  namedIds
 } from '../src/text';
 import { EVAL, session, TRAIN } from './fixtures';
 
@@ -166,5 +167,16 @@ describe('an image fetch, in words', () => {
       'image team/train:3: node2: copying from node1 43%, node3: loading into the engine'
     );
     expect(pullingText(session(EVAL, { status: 'RUNNING', status_data: {} }))).toBeNull();
+  });
+});
+
+describe('namedIds', () => {
+  it('reads a session id in a message by name, else by short id', () => {
+    const named = 'a'.repeat(32);
+    const other = 'b'.repeat(32);
+    const names = new Map([[named, 'train']]);
+    expect(namedIds(`session ${named} has ended; ${other} too`, names)).toBe(
+      'session train has ended; bbbbbbbb too'
+    );
   });
 });

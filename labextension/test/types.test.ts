@@ -57,7 +57,8 @@ const SESSION_FIELDS: Record<keyof SessionJSON, true> = {
   services: true,
   idle: true,
   sftp: true,
-  end_notice: true
+  end_notice: true,
+  status_history: true
 };
 const SESSION_REQUIRED: Record<RequiredKeys<SessionJSON>, true> = {
   id: true,

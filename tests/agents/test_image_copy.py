@@ -16,7 +16,7 @@ from typing import Any
 
 import docker.errors
 import pytest
-from harness.engines import TEST_REPO, Engines, Node
+from harness.engines import TEST_REPO, Engines, Node, commit_payload
 
 from bai_jupyter.agents.docker import DockerAgent
 from bai_jupyter.agents.image_bytes import ImageBytes
@@ -63,23 +63,13 @@ def test_a_save_stream_counts_the_files_of_its_layers_and_nothing_else(fmt: int)
 def _fresh_image(node: Node, base: str) -> str:
     """An image only ``node`` has: ``base`` plus a layer of 96 MiB nothing else holds, so
     the target engine has real work to do after the last byte arrives."""
-    tag = uuid.uuid4().hex[:8]
+    image = f"{TEST_REPO}:{uuid.uuid4().hex[:8]}"
     client = node.client(timeout=300)
     try:
-        made = client.api.create_container(
-            base,
-            command=["sh", "-c", "head -c 96M /dev/urandom > /opt/bai-copy-payload"],
-            network_disabled=True,
-        )
-        try:
-            client.api.start(made["Id"])
-            client.api.wait(made["Id"])
-            client.api.commit(made["Id"], repository=TEST_REPO, tag=tag)
-        finally:
-            client.api.remove_container(made["Id"], force=True)
+        commit_payload(client, base, 96, image)
     finally:
         client.close()
-    return f"{TEST_REPO}:{tag}"
+    return image
 
 
 @pytest.mark.docker

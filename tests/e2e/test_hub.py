@@ -378,8 +378,9 @@ async def test_the_service_describes_the_same_api_as_a_users_server(hub: Hub) ->
     assert service == server
 
 
-async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
-    """Room for two at a time, alice asked first for three: starts alternate alice, bob."""
+async def test_drf_grants_to_the_user_holding_less_while_both_wait(hub: Hub) -> None:
+    """Room for two at a time, alice asked first for three: each grant goes to the user
+    who holds fewer sessions while the other waits."""
     # A session holding all the room, so that all six wait for the same pass.
     blocker = await hub.service("carol").create({"resources": {"cpu": "1", "mem": "256m"}})
     await _running(hub, "carol", blocker.id)
@@ -393,13 +394,27 @@ async def test_drf_alternates_grants_between_users(hub: Hub) -> None:
             done = await hub.service(session.owner).wait_for(session.id, set(), timeout=240)
             assert done.status is Status.TERMINATED, (done.status_info, done.status_data)
             ended.append(done)
-        granted = sorted(
-            ended,
-            key=lambda s: next(h.at for h in s.status_history if h.status is Status.SCHEDULED),
-        )
+
+        def at(session: Session, status: Status) -> float:
+            return next(h.at for h in session.status_history if h.status is status)
+
+        granted = sorted(ended, key=lambda s: at(s, Status.SCHEDULED))
         owners = [s.owner for s in granted]
-        # Each grant of two (one pass) goes to both users; plain FIFO would give alice's three.
-        assert [sorted(owners[i : i + 2]) for i in (0, 2, 4)] == [["alice", "bob"]] * 3, owners
+        # DRF: whenever one user is granted a session while the other still waits, the
+        # one granted holds no more sessions than the other at that moment (plain FIFO
+        # would give alice her three first). Checked per grant, not as pairs: which user's
+        # session ends first depends on how fast each starts on a loaded machine.
+        for i, session in enumerate(granted):
+            moment = at(session, Status.SCHEDULED)
+            held = {
+                user: sum(
+                    1 for g in granted[:i] if g.owner == user and at(g, Status.TERMINATED) > moment
+                )
+                for user in ("alice", "bob")
+            }
+            other = "bob" if session.owner == "alice" else "alice"
+            if other in owners[i + 1 :]:
+                assert held[session.owner] <= held[other], (i, owners, held)
     finally:
         await _end_all(hub)
 

@@ -343,3 +343,13 @@ async def test_no_token_of_a_url_reaches_the_services_log(service: Service) -> N
     log = service.log.read_text(errors="replace")[before:]
     assert "nothing-here?x=1&token=[secret]" in log, log
     assert secret not in log, log
+
+
+async def test_the_health_route_answers_a_load_balancer_without_credentials(
+    service: Service,
+) -> None:
+    """``GET health`` (what HAProxy asks twice a second) says the replica serves and, alone
+    on its store, leads; it needs no token and tells nothing of the sessions."""
+    reply = await service.fetch("GET", "health", None)
+    assert reply.code == 200, reply.body
+    assert json.loads(reply.body) == {"status": "serving", "leads": True}

@@ -51,6 +51,21 @@ PROMPTS_ARE = """want => JSON.stringify([...document.querySelectorAll(
 #: Opens a notebook in the lab, as the file browser would.
 OPEN_NOTEBOOK = "p => { window.jupyterapp.commands.execute('docmanager:open', {path: p}); }"
 SHOTS = Path(os.environ.get("BAI_TEST_SHOTS", "/tmp/bai-labext-shots"))
+#: The boxes of the text of the bai status item and of its neighbours' (JupyterLab's
+#: own text items on the left of the status bar).
+STATUS_BOXES = """() => {
+    const text = e => {
+        const range = document.createRange();
+        range.selectNodeContents(e);
+        const r = range.getBoundingClientRect();
+        return {top: r.top, height: r.height};
+    };
+    const bai = document.querySelector('.bai-StatusItem');
+    const left = '#jp-main-statusbar .jp-StatusBar-Left .jp-StatusBar-TextItem';
+    const others = [...document.querySelectorAll(left)]
+        .filter(e => e !== bai && e.textContent.trim() && e.offsetParent !== null);
+    return {bai: text(bai), neighbours: others.map(text)};
+}"""
 #: Long enough for a container to start on a busy 2-core machine.
 WAIT = 120_000
 #: The lab's warm pools: one kept warm, one whose request can never fit (refused).
@@ -176,6 +191,20 @@ def shot(element: Any, name: str) -> None:
                 raise
 
 
+def shots_light_and_dark(page: Any, element: Any, name: str) -> None:
+    """``name``-light.png and ``name``-dark.png of ``element``, for a person to look at;
+    the light theme is back afterwards."""
+    shot(element, f"{name}-light.png")
+    for theme, light in (("JupyterLab Dark", "false"), ("JupyterLab Light", "true")):
+        page.evaluate(
+            "t => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme
+        )
+        page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{light}'")
+        page.wait_for_timeout(500)  # the theme's stylesheet applies
+        if light == "false":
+            shot(element, f"{name}-dark.png")
+
+
 def card(page: Any, name: str) -> Any:
     exact = re.compile(f"^{re.escape(name)}$")
     return page.locator(".bai-Session", has=page.locator(".bai-Session-name", has_text=exact))
@@ -201,20 +230,28 @@ def fill_dialog(page: Any, **fields: str) -> Any:
     return dialog
 
 
-def create_from_dialog(page: Any, open_notebook: bool = False, **fields: str) -> None:
-    accept_dialog(page, fill_dialog(page, **fields), fields.get("type"), open_notebook)
+def create_from_dialog(
+    page: Any, open_notebook: bool = False, offer_says: str = "", **fields: str
+) -> None:
+    dialog = fill_dialog(page, **fields)
+    accept_dialog(page, dialog, fields.get("type"), open_notebook, offer_says)
 
 
 def accept_dialog(
-    page: Any, dialog: Any, type: str | None = None, open_notebook: bool = False
+    page: Any,
+    dialog: Any,
+    type: str | None = None,
+    open_notebook: bool = False,
+    offer_says: str = "",
 ) -> None:
-    """Create once the server accepts the form; an interactive session's notebook offer answered."""
+    """Create once the server accepts the form; an interactive session's notebook offer
+    (which says ``offer_says``) answered."""
     accept = dialog.locator("button.jp-mod-accept")
     page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
     accept.click()
     if type in (None, "interactive"):
         offer = page.locator(".jp-Dialog", has_text="Open a notebook")
-        offer.wait_for()
+        offer.filter(has_text=offer_says).wait_for()
         label = "Open notebook" if open_notebook else "Not now"
         offer.locator("button", has_text=label).click()
 
@@ -370,7 +407,9 @@ def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, 
     second up while it is watched; freeing the room starts it."""
     create_from_dialog(page, name="big", cpu="1.5", mem="256m")
     wait_status(page, "big", "RUNNING")
-    create_from_dialog(page, name="waiter", cpu="1", mem="256m")
+    # The answer to a create that must wait says why it waits, at once.
+    waits = "It waits in the queue: needs cpu=1 but the largest agent has 0.25 free."
+    create_from_dialog(page, name="waiter", cpu="1", mem="256m", offer_says=waits)
     waiting = wait_status(page, "waiter", "PENDING")
     why = waiting.locator('[data-role="why-pending"]')
     why.filter(has_text="Queued #1 of 1 — needs cpu=1 but the largest agent has").wait_for(
@@ -665,7 +704,16 @@ def test_open_a_notebook_on_a_new_session_and_the_dark_theme(lab: Server, page: 
     page.get_by_text("bai session nb | Idle").wait_for(timeout=WAIT)
     session = wait_status(page, "nb", "RUNNING")
     session.locator(".bai-Kernel", has_text="Untitled").wait_for(timeout=WAIT)
-    page.locator(".bai-StatusItem", has_text="bai: RUNNING").wait_for()
+    item = page.locator(".bai-StatusItem", has_text="bai: RUNNING")
+    item.wait_for()
+    # In line with its neighbours: the same text box (top and height) as theirs.
+    boxes = page.evaluate(STATUS_BOXES)
+    assert boxes["neighbours"] and all(
+        abs(box["top"] - boxes["bai"]["top"]) < 1
+        and abs(box["height"] - boxes["bai"]["height"]) < 1
+        for box in boxes["neighbours"]
+    ), boxes
+    shots_light_and_dark(page, page.locator("#jp-main-statusbar"), "statusbar")
     page.evaluate(
         "() => window.jupyterapp.commands.execute('apputils:change-theme',"
         " {theme: 'JupyterLab Dark'})"
@@ -985,7 +1033,8 @@ def test_a_notebook_from_the_dialog_runs_in_the_notebooks_folder_and_its_card_go
 def test_a_notebook_whose_session_is_terminated_says_who_ended_it_and_stays_ended(
     lab: Server, page: Any
 ) -> None:
-    """Terminate in the sidebar ends the notebook's kernel for good: the notebook says
+    """Terminate in the sidebar first asks, naming the notebook whose kernel the session
+    holds, then ends the notebook's kernel for good: the notebook says
     in words who ended its session and why; Jupyter drops the kernel and starts no new
     session for it."""
     put_notebook(lab, "ended.ipynb", "x = 1", kernelspec="bai-warm")
@@ -997,7 +1046,16 @@ def test_a_notebook_whose_session_is_terminated_says_who_ended_it_and_stays_ende
         (session,) = sessions_of_kernel(lab, kernel_id)
         bar = page.locator(f'.bai-KernelEnd[data-kernel-id="{kernel_id}"]')
         assert bar.is_hidden()
-        terminate(page, session["name"] or session["id"][:8])  # the card's label
+        name = session["name"] or session["id"][:8]  # the card's label
+        card(page, name).locator(".bai-Button", has_text="Terminate").click()
+        confirm = page.locator(".jp-Dialog", has_text=f"Terminate session {name}?")
+        # The question says the session holds this notebook's kernel, and what is lost.
+        confirm.get_by_text(
+            "It runs the kernel of your notebook ended.ipynb: what that kernel holds is "
+            "lost, and it does not restart."
+        ).wait_for()
+        shots_light_and_dark(page, confirm.locator(".jp-Dialog-content"), "terminate-own-notebook")
+        confirm.locator("button.jp-mod-warn").click()
         said = (
             f"bai session {session['name'] or session['id']} was ended (user-requested) "
             f"by {session['owner']}; its kernel does not restart: start a new one"
@@ -1041,3 +1099,99 @@ def test_a_notebook_whose_session_died_says_it_restarted_on_a_new_session(
         page.screenshot(path=str(SHOTS / "notebook-session-died.png"))
     finally:
         page.evaluate(CLOSE_ALL)
+
+
+# --- words, sizes and order a person reads (issue 29) ------------------------------------------
+
+
+def test_an_agent_named_after_its_backend_is_not_named_twice(lab: Server, page: Any) -> None:
+    """The lab's one agent is ``docker`` on the docker backend: "docker · 1 kernel", never
+    "docker · docker · 1 kernel"."""
+    head = page.locator('.bai-Agent[data-agent-id="docker"] .bai-Agent-head')
+    head.wait_for(timeout=WAIT)
+    assert re.fullmatch(r"docker · \d+ kernels?", head.inner_text().strip()), head.inner_text()
+    agents = page.locator('section[aria-labelledby="bai-heading-agents"]')
+    shots_light_and_dark(page, agents, "agents-section")
+
+
+def test_the_dialog_shows_every_error_at_once_outlining_only_the_fields_at_fault(
+    lab: Server, page: Any
+) -> None:
+    """Three wrong fields: three messages at once, each slot named, only those inputs
+    outlined, and the dialog as wide as it was."""
+    dialog = fill_dialog(page, name="errors")
+    content = dialog.locator(".jp-Dialog-content")
+    accept = dialog.locator("button.jp-mod-accept")
+    page.wait_for_function("b => !b.disabled", arg=accept.element_handle(), timeout=30_000)
+    width = content.bounding_box()["width"]
+    dialog.locator("#bai-field-cluster_size").fill("0")
+    dialog.locator("#bai-field-cpu").fill("abc")
+    dialog.locator("#bai-field-mem").fill("-1")
+    resources = dialog.locator("#bai-msg-resources")
+    resources.filter(has_text="mem:").wait_for(timeout=30_000)
+    assert resources.inner_text().splitlines() == [
+        "cpu: cannot parse 'abc' as an amount",
+        "mem: amount must not be negative, got '-1'",
+    ]
+    size = dialog.locator("#bai-msg-cluster_size").inner_text()
+    assert size == "must be an integer from 1 to 64, got 0", size
+    faulty = dialog.locator("[aria-invalid='true']").evaluate_all("els => els.map(e => e.id)")
+    assert sorted(faulty) == ["bai-field-cluster_size", "bai-field-cpu", "bai-field-mem"]
+    border = "id => getComputedStyle(document.getElementById(id)).borderTopColor"
+    assert page.evaluate(border, "bai-field-cpu") != page.evaluate(border, "bai-field-gpu")
+    assert content.bounding_box()["width"] == width
+    assert accept.is_disabled()
+    shots_light_and_dark(page, content, "dialog-every-error")
+    dialog.locator("button.jp-mod-reject").click()
+
+
+def test_a_failure_in_a_dialog_names_the_session_and_wraps(lab: Server, page: Any) -> None:
+    """Interrupt a session that ended while the question was open: the failure names it
+    (no 32-character id) in lines that fit the dialog, no sideways scrolling."""
+    made = api(lab, "POST", "sessions", {"name": "gone", "resources": {"cpu": "0.25"}})
+    wait_status(page, "gone", "RUNNING")
+    card(page, "gone").locator(".bai-Button", has_text="Interrupt").click()
+    confirm = page.locator(".jp-Dialog", has_text="Interrupt gone?")
+    confirm.wait_for()
+    api(lab, "DELETE", f"sessions/{made['id']}")
+    wait_status(page, "gone", "TERMINATED")
+    confirm.locator("button.jp-mod-warn").click()
+    failed = page.locator(".jp-Dialog", has_text="Interrupt failed")
+    body = failed.locator(".bai-DialogError")
+    body.wait_for()
+    text = body.inner_text()
+    assert text == "session gone has ended (TERMINATED) (409 conflict)", text
+    fits = """e => [e, e.closest('.jp-Dialog-body')].every(n => n.scrollWidth <= n.clientWidth)"""
+    assert page.evaluate(fits, body.element_handle())
+    shots_light_and_dark(page, failed.locator(".jp-Dialog-content"), "dialog-failure")
+    failed.locator("button.jp-mod-accept").click()
+
+
+def test_every_occupancy_bar_is_visible_at_the_default_sidebar_width(
+    lab: Server, page: Any
+) -> None:
+    """A track that leaves its text room but is itself seen, and a fill of a few pixels
+    for the smallest share held (not a fraction of a pixel)."""
+    agent = page.locator('.bai-Agent[data-agent-id="docker"]')
+    agent.wait_for(timeout=WAIT)
+    for bar in agent.locator(".bai-Bar").all():
+        track = bar.locator(".bai-Bar-track").bounding_box()
+        fill = bar.locator(".bai-Bar-fill").bounding_box()
+        held = int(bar.locator(".bai-Bar-track").get_attribute("aria-valuenow") or 0)
+        assert track["width"] >= 48, (bar.inner_text(), track)
+        assert not held or fill["width"] >= 3, (bar.inner_text(), fill)
+
+
+def test_ended_sessions_are_listed_by_when_they_ended(lab: Server, page: Any) -> None:
+    """Made first, ended last: it leads the ended ones (not the order they were made in)."""
+    later = time.time() + 86400  # queued until then: nothing to start
+    made = [
+        api(lab, "POST", "sessions", {"name": name, "starts_at": later})
+        for name in ("made-first", "made-second")
+    ]
+    for session in reversed(made):  # the second ends first
+        api(lab, "DELETE", f"sessions/{session['id']}")
+        wait_status(page, session["name"], "CANCELLED")
+    cards = page.locator(".bai-SessionList > li")
+    names = [n for n in cards.locator(".bai-Session-name").all_inner_texts() if "made-" in n]
+    assert names == ["made-first", "made-second"], names

@@ -278,6 +278,13 @@ def test_text_helpers() -> None:
         {**data, "status": "TERMINATED", "result": "SUCCESS", "exit_code": 0}
     )
     assert progress_line(row).endswith("✓ running → ✓ result: SUCCESS (exit code 0)")
+    # The phase says what happens in it, never "running (TERMINATING)".
+    running = SessionRow.from_json({**data, "status": "RUNNING"})
+    assert progress_line(running).endswith("✓ starting → ▶ running → · result")
+    ending = SessionRow.from_json({**data, "status": "TERMINATING"})
+    assert progress_line(ending).endswith("✓ starting → ▶ ending (TERMINATING) → · result")
+    starting = SessionRow.from_json({**data, "status": "PREPARING"})
+    assert "✓ queued → ▶ starting (PREPARING) → · running" in progress_line(starting)
 
 
 def test_the_progress_line_shows_each_agents_image_copy_then_its_load() -> None:
@@ -351,7 +358,7 @@ def test_sessions_queue_templates_ports_status_and_cancel(
     assert "RUNNING" in lines[first.session_id[:8]]
     waiting = lines[second.session_id[:8]]
     assert waiting.split()[3:5] == ["PENDING", "1"]  # queue position 1
-    assert f"waiting for {first.session_id}" in waiting  # why it waits
+    assert "waiting for session holder (RUNNING) to succeed" in waiting  # by name, now
 
     _, cap = bai(shell, "status --text")
     assert cap.stdout.startswith("2 live session(s), 1 pending\n")
@@ -565,6 +572,9 @@ def test_help_has_no_rest_markers_and_names_the_cell_magic() -> None:
 
     text = overview()
     assert not [line for line in text.splitlines() if line.strip() == "::"]
+    # No reST of the docstrings either: ``add`` reads add, :func:`x` reads x.
+    assert not re.search(r"``|:(func|class|meth|data|attr):`", text), text
+    assert "the URLs they are proxied at; add declares" in text
     assert "%%bai exec [--hosts HOSTS]" in text
     assert not re.search(r"(?<!%)%bai exec", text)
     assert command_help("exec").startswith("%%bai exec [--hosts HOSTS]")

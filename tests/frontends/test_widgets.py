@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from bai_jupyter.sessions_model import (
     queue_positions,
     why_pending,
 )
+from bai_jupyter.text import cluster_text
 from bai_jupyter.usage_widget import UsageWidget
 from bai_jupyter.widgets import MAX_LIVE_VIEWS, Launcher, SessionCard, SessionsView, live_view
 
@@ -165,6 +169,44 @@ def test_launcher_validates_as_you_type() -> None:
     assert "startup_command: required" in launcher.message.value
     launcher.startup_command.value = "python train.py"
     assert not launcher.create.disabled
+
+
+def test_launcher_offers_the_session_types_the_labextension_dialog_offers() -> None:
+    dialog = (Path(__file__).parents[2] / "labextension" / "src" / "dialog.ts").read_text()
+    offered = re.findall(r"\['(\w+)', '\1 \(", dialog)
+    launcher = Launcher(RemoteManager("http://127.0.0.1:9/"), LoopThread(), [])
+    assert list(launcher.type.options) == offered == ["interactive", "batch", "system"]
+
+
+def full_session(sid: str, image: str = "bai-kernel:test") -> dict[str, Any]:
+    """A running session as ``GET sessions/{id}`` gives it, with what ``--text`` prints."""
+    data = session_json(sid, "RUNNING", name="train")
+    data["spec"].update(image=image, cluster_mode="single-node", resource_group="default")
+    data["kernels"] = [
+        {"hostname": "main1", "role": "main", "status": "RUNNING", "slots": {"cpu": "1"}}
+    ]
+    return data
+
+
+def test_status_widget_shows_what_its_text_form_prints() -> None:
+    """``%bai status SESSION``'s card holds ``--text``'s lines; a local session's image is
+    no part of it (its kernels are processes); the view of all says the counts line."""
+    remote, runner = RemoteManager("http://127.0.0.1:9/"), LoopThread()
+    row = SessionRow.from_json(full_session("a" * 32))
+    docker = [{"id": "docker", "backend": "docker", "resource_group": "default"}]
+    card = SessionCard(row, remote, runner, agents=docker)
+    text = cluster_text(remote, row.data)
+    assert html.unescape(card.detail.value) == f"<pre>{text}</pre>"
+    assert "· single-node · image bai-kernel:test" in text and "main1  main" in text
+    local = [{"id": "local", "backend": "local", "resource_group": "default"}]
+    assert "image" not in SessionCard(row, remote, runner, agents=local).detail.value
+
+    view = SessionsView(remote, runner)  # nothing answers there: only the recorded rows
+    try:
+        view.model.load([full_session("a" * 32), session_json("b" * 32)], QUEUE)
+        assert view.counts.value == "2 live session(s), 1 pending"
+    finally:
+        view.close()
 
 
 class _Ends:
@@ -313,13 +355,110 @@ def test_live_model_shows_the_queue_position_and_why(server: Server) -> None:
             await until(lambda: model.rows.get(second.id) is not None)
             waiting = model.rows[second.id]
             await until(lambda: waiting.queue_position == 1 and waiting.why_pending is not None)
-            assert f"waiting for {first.id}" in (waiting.why_pending or "")
+            assert f"waiting for session {first.id[:8]} (" in (waiting.why_pending or "")
             await remote.destroy(first.id)
             await until(lambda: model.rows[second.id].status == "CANCELLED")
             assert model.rows[second.id].outcome == "CANCELLED (dependency-failed)"
         finally:
             feed.cancel()
             await asyncio.gather(feed, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+class _Link:
+    """A TCP forwarder to ``port`` that the test can cut: open connections are closed and
+    new ones refused until it is mended (a manager replica that goes, then comes back)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.server: asyncio.Server | None = None
+        self.listen_port = 0
+        self.pipes: set[asyncio.StreamWriter] = set()
+
+    async def open(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.listen_port)
+        self.listen_port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.pipes.add(writer)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            finally:
+                dst.close()
+
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+            self.pipes.add(up_writer)
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        except OSError:  # one side went: the other goes with it
+            pass
+        finally:
+            writer.close()
+
+    async def cut(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+        pipes, self.pipes = self.pipes, set()
+        for pipe in pipes:
+            pipe.close()
+        await asyncio.gather(*(p.wait_closed() for p in pipes), return_exceptions=True)
+
+
+class _Recording(SessionsModel):
+    """A model that remembers the status of every event it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def apply_event(self, event: Mapping[str, Any]) -> bool:
+        self.seen.append(str(event.get("status")))
+        return super().apply_event(event)
+
+
+@pytest.mark.docker
+def test_a_live_view_whose_stream_is_cut_resumes_and_misses_nothing(server: Server) -> None:
+    """Its server (a replica behind a load balancer) goes away for a moment while a
+    session starts and ends: the view reconnects after its last event and shows the end,
+    and every state the session passed through reached the model."""
+
+    async def scenario() -> None:
+        link = _Link(int(server.url.rsplit(":", 1)[1].strip("/")))
+        await link.open()
+        remote = RemoteManager(f"http://127.0.0.1:{link.listen_port}/", server.token)
+        model = _Recording()
+        changed = asyncio.Event()
+        model.on_change(changed.set)
+        feed = asyncio.ensure_future(LiveSessions(remote, model).run())
+        direct = server.client()
+        try:
+            await asyncio.wait_for(changed.wait(), 60)  # the first listing
+            made = await direct.create({"resources": SMALL_SLOTS})
+            while made.id not in model.rows:
+                changed.clear()
+                await asyncio.wait_for(changed.wait(), 60)
+            await link.cut()
+            await direct.wait_for(made.id, {Status.RUNNING}, timeout=120)
+            await direct.destroy(made.id)
+            await asyncio.sleep(1.0)  # the view has tried and failed to reconnect
+            assert not feed.done()
+            await link.open()
+            while "TERMINATED" not in model.seen:  # replayed, not only read again
+                changed.clear()
+                await asyncio.wait_for(changed.wait(), 30)
+            assert {"RUNNING", "TERMINATING"} <= set(model.seen), model.seen
+            assert model.rows[made.id].status == "TERMINATED"
+            assert not feed.done()
+        finally:
+            feed.cancel()
+            await asyncio.gather(feed, return_exceptions=True)
+            await link.cut()
 
     asyncio.run(scenario())
 

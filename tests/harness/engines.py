@@ -319,6 +319,23 @@ def copy_image(source: Any, target: Any, image: str) -> None:
             raise RuntimeError(f"loading {image}: {line['error']}")
 
 
+def commit_payload(client: Any, base: str, megabytes: int, image: str) -> None:
+    """Commit ``image`` (``repo:tag``) on ``client``'s engine: ``base`` plus one layer of
+    its own, ``megabytes`` of random bytes that no other image holds."""
+    repository, tag = image.rsplit(":", 1)
+    made = client.api.create_container(
+        base,
+        command=["sh", "-c", f"head -c {megabytes}M /dev/urandom > /opt/bai-test-payload"],
+        network_disabled=True,
+    )
+    try:
+        client.api.start(made["Id"])
+        client.api.wait(made["Id"])
+        client.api.commit(made["Id"], repository=repository, tag=tag)
+    finally:
+        client.api.remove_container(made["Id"], force=True)
+
+
 def ensure_image(node: Node, image: str) -> None:
     """The kernel image on the node, copied from the default engine when it is missing
     or differs."""
@@ -563,17 +580,7 @@ class Registry:
             with contextlib.suppress(docker.errors.APIError):
                 client.api.inspect_distribution(f"{name}:{tag}")
                 return f"{name}:{tag}"
-            made = client.api.create_container(
-                kernel_image,
-                command=["sh", "-c", "head -c 8M /dev/urandom > /opt/bai-test-payload"],
-                network_disabled=True,
-            )
-            try:
-                client.api.start(made["Id"])
-                client.api.wait(made["Id"])
-                client.api.commit(made["Id"], repository=name, tag=tag)
-            finally:
-                client.api.remove_container(made["Id"], force=True)
+            commit_payload(client, kernel_image, 8, f"{name}:{tag}")
             for line in client.api.push(name, tag, stream=True, decode=True):
                 if line.get("error"):
                     raise RuntimeError(f"pushing {name}:{tag}: {line['error']}")

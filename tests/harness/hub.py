@@ -57,6 +57,8 @@ class Hub:
     state: Path
     tokens: dict[str, str] = field(default_factory=dict)
     store_url: str = ""
+    #: The Hub's own API (what its services call), e.g. http://127.0.0.1:8081/hub/api
+    api_url: str = ""
 
     @property
     def log(self) -> Path:
@@ -152,14 +154,13 @@ def _kernelspecs(share: Path) -> None:
         (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
-    """Start the sample Hub with its manager service on ``store_url``; wait until both answer."""
+def write_manager_config(
+    state: Path, manager_config: str = "", name: str = "bai_manager_config.py"
+) -> Path:
+    """The sample service config as it is (its store URL comes from BAI_MANAGER_STORE_URL),
+    then this run's folders and the test's own settings: the file the service reads."""
     state.mkdir(parents=True, exist_ok=True)
-    _kernelspecs(state / "share")
-    admin_token = secrets.token_hex(16)
-    manager_conf = state / "bai_manager_config.py"
-    # The sample service config as it is (its store URL comes through the Hub, from
-    # BAI_MANAGER_STORE_URL below), then this run's folders and the test's own settings.
+    manager_conf = state / name
     manager_conf.write_text(
         f"load_subconfig({str(MANAGER_SAMPLE)!r})\n"
         "c.BaiSessionManager.data_folders_root = "
@@ -167,6 +168,25 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
         + "\n"
         + manager_config
     )
+    return manager_conf
+
+
+def start_hub(
+    state: Path,
+    store_url: str,
+    manager_config: str = "",
+    hub_config: str = "",
+    env: dict[str, str] | None = None,
+) -> Hub:
+    """Start the sample Hub with its manager service on ``store_url``; wait until both answer.
+
+    ``hub_config`` is appended to the Hub's config (after the sample's); ``env`` sets or
+    replaces the variables the sample reads (its ports, BAI_MANAGER_PORT…).
+    """
+    state.mkdir(parents=True, exist_ok=True)
+    _kernelspecs(state / "share")
+    admin_token = secrets.token_hex(16)
+    manager_conf = write_manager_config(state, manager_config)
     config = state / "jupyterhub_config.py"
     config.write_text(
         f"load_subconfig({str(SAMPLE)!r})\n"
@@ -183,13 +203,13 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
         '    "name": "test-admin", "services": ["test-admin"],\n'
         '    "scopes": ["admin:users", "admin:servers", "admin:groups", "tokens", "read:users",'
         ' "list:users"],\n'
-        "})\n"
+        "})\n" + hub_config
     )
-    port = free_port()
+    port = int((env or {}).get("BAI_HUB_PORT") or free_port())
     chp = REPO / ".venv" / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
     if not chp.exists():
         skip_or_fail(f"no JupyterHub proxy at {chp} (./scripts/test installs it)")
-    env = {
+    hub_env = {
         **os.environ,
         "BAI_HUB_STATE": str(state),
         "BAI_HUB_PORT": str(port),
@@ -205,18 +225,20 @@ def start_hub(state: Path, store_url: str, manager_config: str = "") -> Hub:
         "JUPYTER_DATA_DIR": str(state / "data"),
         "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
         "JUPYTER_CONFIG_DIR": str(state / "config"),
+        **(env or {}),
     }
-    env.pop("BAI_JUPYTER_URL", None)
+    hub_env.pop("BAI_JUPYTER_URL", None)
     with (state / "hub.log").open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "jupyterhub", "-f", str(config)],
             cwd=state,
-            env=env,
+            env=hub_env,
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
         )
     hub = Hub(f"http://127.0.0.1:{port}/", admin_token, proc, state, store_url=store_url)
+    hub.api_url = f"http://127.0.0.1:{hub_env['BAI_HUB_API_PORT']}/hub/api"
     deadline = time.monotonic() + 90
     while True:
         assert proc.poll() is None, f"the Hub exited:\n{hub.tail()}"

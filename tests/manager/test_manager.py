@@ -184,6 +184,27 @@ async def test_batch_failure_cancels_dependant_and_keeps_logs(manager: BaiSessio
     assert dependant.status_info == "dependency-failed"
 
 
+async def test_a_dependants_why_pending_names_its_dependency_and_its_status_now(
+    manager: BaiSessionManager,
+) -> None:
+    """Not a 32-hex id and the status of the pass that wrote it: the name, as it is now."""
+    first = await manager.create(
+        {"type": "batch", "name": "holder", "startup_command": "sleep 60"}, "alice"
+    )
+    second = await manager.create(
+        {"type": "batch", "startup_command": "true", "depends_on": [first.id]}, "alice"
+    )
+    await manager.wait_for(first.id, RUNNING, timeout=90)
+    deadline = time.monotonic() + 30
+    while (await manager.get(second.id)).pending_reason is None:
+        assert time.monotonic() < deadline, "the scheduler never said why it waits"
+        await asyncio.sleep(0.1)
+    said = "waiting for session holder (RUNNING) to succeed"
+    assert (await manager.get(second.id)).pending_reason == said
+    (listed,) = [s for s in await manager.list_sessions("alice") if s.id == second.id]
+    assert listed.pending_reason == said
+
+
 async def test_batch_success_and_timeout(manager: BaiSessionManager) -> None:
     ok = await manager.create({"type": "batch", "startup_command": "echo fine"}, "alice")
     slow = await manager.create(

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bai_jupyter.model import Session, SessionSpec, Status, pending_reason
+from bai_jupyter.model import Session, SessionSpec, Status, name_sessions, pending_reason
 from bai_jupyter.scheduler.dispatcher import _failure_record
 from bai_jupyter.scheduler.predicates import Verdict
 from bai_jupyter.wire import session_from_json, session_to_json
@@ -89,3 +89,18 @@ def test_never_repeats_a_reason_and_drops_none(
     expected = [p for _, parts in predicates for p in (parts or [])] + msg
     expected += [name for name, parts in predicates if not parts]
     assert set(said) == set(expected)
+
+
+def test_a_session_in_a_reason_reads_by_name_and_its_status_now() -> None:
+    """The pass wrote an id and the status it saw; the reader names the session and says
+    its status at read time; a session it may not see stays a short id."""
+    mine, theirs = "a" * 32, "b" * 32
+    text = f"waiting for {mine} (CREATING), {theirs} (PENDING) to succeed"
+    states = {mine: ("train-1", "RUNNING")}
+    assert (
+        name_sessions(text, states.get)
+        == "waiting for session train-1 (RUNNING), session bbbbbbbb to succeed"
+    )
+    assert name_sessions(f"dependency {mine} ended CANCELLED", states.get) == (
+        "dependency session train-1 ended CANCELLED"
+    )

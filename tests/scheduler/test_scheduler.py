@@ -730,7 +730,13 @@ def test_resource_failure_message_example() -> None:
         {"name": "resources", "msg": "needs cpu=8 but the largest agent has 4 free"}
     ]
     result = run([agent("a", mem="4g")], [sess("s", mem="6g")])
-    assert result.failures["s"]["msg"] == "needs mem=6g but the largest agent has 4g free"
+    assert result.failures["s"]["msg"] == "needs mem=6g but the largest agent has 4 GiB free"
+
+
+def test_free_memory_reads_in_human_units_not_kibibytes() -> None:
+    """What an agent has is no amount a user wrote: ``10.8 GiB``, never ``11314740k``."""
+    result = run([agent("a", mem="11314740k")], [sess("s", mem="16g")])
+    assert result.failures["s"]["msg"] == "needs mem=16g but the largest agent has 10.8 GiB free"
 
 
 def test_largest_free_follows_this_pass_reservations() -> None:

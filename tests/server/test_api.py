@@ -270,6 +270,8 @@ async def test_a_kernel_shows_its_roles_name(server: Server) -> None:
         assert proc.returncode == 0, out
         rows = [line.split()[:2] for line in out.splitlines() if line.startswith("worker")]
         assert rows == [["worker1", "worker"], ["worker2", "worker"]], out
+        # Local processes: no image to name (the server's default is no part of them).
+        assert out.splitlines()[0].endswith("· PENDING · single-node"), out
     finally:
         await server.fetch("DELETE", f"bai/api/v1/sessions/{sid}", token="alice-token")
 

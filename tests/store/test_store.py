@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +228,25 @@ def test_new_store_records_schema_version(store_url: str) -> None:
     again.close()
     assert again.token_secret == store.token_secret  # kept across opens
     assert tables(store_url) >= OUR_TABLES | {"bai_status_history"}
+
+
+def test_replicas_opening_a_new_store_at_once_all_open_it_with_one_id_and_secret(
+    store_url: str,
+) -> None:
+    """Manager replicas started together on an empty database: one creates the schema, the
+    others wait for it and read the same store id and token secret (none fails)."""
+    barrier = threading.Barrier(6)
+
+    def open_one(_: int) -> tuple[str, str]:
+        barrier.wait()
+        store = Store(store_url)
+        store.close()
+        return store.id, store.token_secret
+
+    with ThreadPoolExecutor(6) as pool:
+        opened = list(pool.map(open_one, range(6)))
+    assert len(set(opened)) == 1
+    assert dict(sql(store_url, "SELECT key, value FROM bai_meta"))["store_id"] == opened[0][0]
 
 
 def test_reopening_keeps_everything(store_url: str) -> None:

@@ -27,6 +27,9 @@ from ..lifecycle.sftp import check_agents
 from .mount_check import ADMIN_MOUNTS, MountCheck
 from .policies import Policies
 
+#: Seconds a found image is taken to stay on its agent (see ``Admission._images``).
+_IMAGE_MEMORY = 10.0
+
 
 class AdmissionSettings(Protocol):
     @property
@@ -67,6 +70,9 @@ class Admission:
         self.mounts = mounts
         self.multinode = multinode
         self.policies = policies
+        #: (image, group) → until when (monotonic) an agent is taken to have it: a burst of
+        #: creates asks the engines once. One removed meanwhile is fetched in PULLING.
+        self._images: dict[tuple[str, str], float] = {}
 
     async def admit(
         self,
@@ -86,7 +92,14 @@ class Admission:
         everyone's sessions (see ``admin_host_paths``)."""
         core = self.core
         core.require_store()
-        groups = await self._owner_groups(owner, groups, dry_run)
+        # One read for what the store knows of the owner: their groups, their pending count.
+        known, pending = await core.query(
+            lambda tx: (
+                tx.owner_groups([owner]).get(owner),
+                tx.count_sessions(owner, [Status.PENDING]),
+            )
+        )
+        groups = await self._owner_groups(owner, known, groups, dry_run)
         tmpl = None
         if template is not None:
             tmpl = await core.query(lambda tx: tx.get_template(template, owner))
@@ -116,9 +129,6 @@ class Admission:
             except ResourceError as exc:
                 field = f"roles[{i}].{exc.field or 'resources'}"
                 raise InvalidRequest(f"roles[{i}].{exc}", field=field) from exc
-        pending = await core.query(
-            lambda tx: len(tx.list_sessions(owner=owner, statuses=[Status.PENDING], history=False))
-        )
         limits = self.policies.for_owner(owner, groups)
         for image in spec.images:  # every role's image: allowed, and on an agent
             refusal = limits.refuse(image, spec.resource_group, pending)
@@ -163,23 +173,27 @@ class Admission:
         return session
 
     async def _owner_groups(
-        self, owner: str, groups: Sequence[str] | None, dry_run: bool
+        self, owner: str, known: list[str] | None, groups: Sequence[str] | None, dry_run: bool
     ) -> list[str]:
-        """The owner's groups: as given (then kept), else as the store last heard them."""
+        """The owner's groups: as given (then kept), else as the store last heard them
+        (``known``)."""
         if groups is None:
-            known = await self.core.query(lambda tx: tx.owner_groups([owner]))
-            return known.get(owner, [])
-        if not dry_run:
+            return known or []
+        said = sorted(set(groups))
+        if not dry_run and said != known:  # a write (serialized) only when they changed
             now = time.time()
-            await self.core.db(lambda tx: tx.set_owner_groups(owner, groups, now))
-        return sorted(set(groups))
+            await self.core.db(lambda tx: tx.set_owner_groups(owner, said, now))
+        return said
 
     async def _check_image(self, image: str, group: str, field: str = "image") -> None:
         """Refuse at once an image no agent has and no registry serves (an agent that lacks
         it gets it when the session starts, in PULLING); the refusal names ``field``, where
         the request asked for it (``image``, ``roles[1].image``)."""
+        if self._images.get((image, group), 0.0) > time.monotonic():
+            return
         known, failures = await image_known(self.core, image, group, self.settings.registries)
         if known:
+            self._images[(image, group)] = time.monotonic() + _IMAGE_MEMORY
             return
         registry = registry_of(image)
         if not failures and registry not in self.settings.registries:

@@ -6,16 +6,17 @@ but the identity of other users' sessions only as an admin.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from ...model import Agent, KernelRole, Session, Status
+from ...model import Agent, KernelRole, Session, Status, name_sessions
 from ...store import Transaction
 from ..core import Core
 from ..pools.config import warm_mark
 
-__all__ = ["agents_view", "queue_view"]
+__all__ = ["agents_view", "named_reasons", "queue_view"]
 
 #: Sessions whose kernels hold slots on agents.
 _HOLDING = [s for s in Status if s.occupies]
@@ -103,3 +104,45 @@ def queue_view(
             "passes": passes.get(name, {"passes": 0}),
         }
     return reply
+
+
+async def named_reasons(core: Core, sessions: list[Session]) -> list[Session]:
+    """``sessions`` with the sessions their why-pending record names (dependencies) read
+    by name and status as they are now, not as the pass that wrote the record saw them.
+    Another owner's session stays a short id (a name is not for everyone to see)."""
+    wanted = {d for s in sessions if s.status is Status.PENDING for d in s.spec.depends_on}
+    if not wanted:
+        return sessions
+    found = {s.id: s for s in sessions if s.id in wanted}
+
+    def read(tx: Transaction) -> list[Session | None]:
+        return [tx.get_session(key) for key in wanted - found.keys()]
+
+    found.update((s.id, s) for s in await core.query(read) if s is not None)
+
+    def resolve(session: Session) -> Session:
+        record = session.scheduler_data
+        if session.status is not Status.PENDING or not record:
+            return session
+
+        def known(key: str) -> tuple[str, str] | None:
+            dep = found.get(key)
+            if dep is None or dep.owner != session.owner:
+                return None
+            return dep.name or dep.id[:8], dep.status.value
+
+        record = {
+            **record,
+            "msg": name_sessions(str(record.get("msg") or ""), known),
+            "failed_predicates": [
+                {**p, "msg": name_sessions(str(p.get("msg") or ""), known)}
+                if isinstance(p, Mapping)
+                else p
+                for p in record.get("failed_predicates") or []
+            ],
+        }
+        return dataclasses.replace(
+            session, status_data={**session.status_data, "scheduler": record}
+        )
+
+    return [resolve(s) for s in sessions]

@@ -86,6 +86,9 @@ class _Settings(Protocol):
     @property
     def pass_interval(self) -> float: ...
 
+    @property
+    def pass_gap(self) -> float: ...
+
 
 class Scheduling:
     """Runs passes for every resource group and hands placed sessions to the lifecycle."""
@@ -118,7 +121,9 @@ class Scheduling:
         """Pass whenever woken, and at least every ``pass_interval`` s; survive anything."""
         core = self.core
         interval = lambda: self.settings.pass_interval  # noqa: E731
-        await core.every(interval, self.pass_now, "scheduling pass", event=core.wakeup).run()
+        gap = lambda: self.settings.pass_gap  # noqa: E731
+        what = "scheduling pass"
+        await core.every(interval, self.pass_now, what, event=core.wakeup, gap=gap).run()
 
     async def follow(self) -> None:
         """Pass for what other processes on the store did (a create through another
