@@ -51,15 +51,19 @@ async def test_one_manager_of_a_store_leads_and_starts_what_another_enqueued(
 async def test_a_stopped_leader_hands_the_store_to_another_at_once(
     tmp_path: Path, store_url: str
 ) -> None:
-    """A clean stop releases the lease: the other manager leads within a renewal (not a
-    lease time), schedules, and a third that starts later follows."""
-    first, second = _two(tmp_path, store_url, lease_ttl=30.0)
+    """A clean stop releases the lease: the other manager leads at its next try (a third
+    of the lease time), not once the lease would have lapsed; it schedules, and a third
+    that starts later follows."""
+    first, second = _two(tmp_path, store_url, lease_ttl=6.0)
     await first.start()
     try:
         async with started_manager(second):
             assert not second.leadership.leading
             await first.stop()
+            stopped = await second.leadership.view()
             await until("the second to lead", _leads(second), timeout=15)
+            # Released at once: not first's any more (a lapse would show first for 6 s).
+            assert stopped["leader"]["replica"] in (None, "second"), stopped
             made = await second.create(SMALL, "alice")
             assert (await second.wait_for(made.id, {Status.RUNNING}, timeout=30)).status
             third = make_manager(tmp_path, "local", store_url=store_url, replica_name="third")
