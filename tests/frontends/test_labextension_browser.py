@@ -422,7 +422,13 @@ def test_a_session_that_cannot_fit_waits_with_its_reason_then_runs(lab: Server, 
     queue = page.locator('ol[aria-label="Queue of resource group default"] li')
     assert [line.split(" · ")[0] for line in queue.all_inner_texts()] == ["#1 waiter", "#2 later"]
     page.screenshot(path=str(SHOTS / "sidebar-queued.png"))
-    page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "sidebar-queued-panel.png"))
+    # The whole panel (the README's picture): a window tall enough that nothing scrolls.
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": 1800})
+    try:
+        page.locator(".bai-Sidebar-body").screenshot(path=str(SHOTS / "sidebar-queued-panel.png"))
+    finally:
+        page.set_viewport_size(size)
     # Cancel asks first; the one behind moves up, in the card and in the queue.
     card(page, "waiter").locator(".bai-Button", has_text="Cancel").click()
     confirm = page.locator(".jp-Dialog", has_text="Cancel session waiter?")

@@ -36,7 +36,15 @@ from conftest import skip_or_fail
 from tornado.iostream import IOStream, StreamClosedError
 from tornado.tcpclient import TCPClient
 
-from harness.hub import REPO, SERVICE, Hub, _die_with_parent, start_hub, write_manager_config
+from harness.hub import (
+    REPO,
+    SERVICE,
+    Hub,
+    _die_with_parent,
+    start_hub,
+    terminate,
+    write_manager_config,
+)
 from harness.server import free_port
 
 PREFIX = f"/services/{SERVICE}/"
@@ -164,13 +172,8 @@ class Replica:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            terminate(self.proc)
 
     def tail(self, chars: int = 4000) -> str:
         """The end of its log, without HAProxy's health checks (two a second)."""

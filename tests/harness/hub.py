@@ -136,13 +136,18 @@ class Hub:
         self.tokens[name] = reply["token"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:  # pragma: no cover
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
+
+
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, a minute to stop cleanly, then SIGKILL."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+            proc.wait()
 
 
 def _kernelspecs(share: Path) -> None:
