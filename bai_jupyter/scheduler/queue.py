@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 
 from ..model import Session, Status
@@ -141,11 +142,15 @@ def run_pass(
     config: SchedulerConfig,
     sequencer: Sequencer,
     selector: AgentSelector,
-    now: float,
+    now: float | None,
     owner_policy: OwnerPolicyOf | None = None,
     policy_key: str = "",
 ) -> PassResult:
     """One scheduling pass over a resource group, serialized through the store.
+
+    ``now``: the pass's time; ``None``: once the store's write lock is held, so that no
+    placement is dated before a change it saw (a session that ended while the pass
+    waited for the lock).
 
     ``owner_policy(owner, groups, the group's own)``: per-owner limits from elsewhere
     (the manager's policies), for the owners with pending sessions; ``policy_key``: what
@@ -156,6 +161,7 @@ def run_pass(
     store's change counter moves, the settings differ, or a time-bound verdict is due."""
     key = _config_key(config, policy_key)
     with store.write() as tx:
+        now = time.time() if now is None else now
         skipped = _skip(tx, resource_group, key, now)
         if skipped is not None:
             return skipped

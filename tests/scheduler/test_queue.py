@@ -195,6 +195,46 @@ def test_pass_reserves_slots_and_schedules(store: Store) -> None:
     assert one_pass(store, T0 + 11) == PassResult()  # nothing left to do
 
 
+def test_a_pass_given_no_time_dates_its_placements_after_the_changes_it_saw(
+    store: Store,
+) -> None:
+    """A pass that waited for the write lock while a session ended places into the room
+    that end made: its SCHEDULED time comes after that TERMINATED, never before (the
+    order a reader of the histories sees is the order things happened)."""
+    import threading
+
+    put_agents(store, Agent("a1", cpu(1, "1g")))
+    first, second = new_session(at=time.time()), new_session(owner="bob", at=time.time())
+    for session in (first, second):
+        enqueue(store, session)
+    assert [p.session_id for p in one_pass(store, time.time()).placements] == [first.id]
+    ending = threading.Event()
+    result: list[PassResult] = []
+    with store.edit(first.id) as session:  # the end holds the lock; the pass waits for it
+
+        def pass_now() -> None:
+            ending.set()
+            config, fifo = SchedulerConfig(), FIFOSequencer()
+            result.append(run_pass(store, "default", config, fifo, ConcentratedSelector(), None))
+
+        waiting = threading.Thread(target=pass_now)
+        waiting.start()
+        ending.wait(5)
+        time.sleep(0.3)  # the pass is blocked on the lock meanwhile
+        for kernel in session.kernels:
+            kernel.set_status(Status.TERMINATING)
+            kernel.set_status(Status.TERMINATED, "task-finished")
+        now = time.time()
+        session.set_status(Status.TERMINATING, now)
+        session.set_status(Status.TERMINATED, now, "task-finished")
+        session.finish(0)
+    waiting.join(30)
+    assert [p.session_id for p in result[0].placements] == [second.id]
+    ended = get(store, first.id).status_history[-1].at
+    scheduled = get(store, second.id).status_history[-1]
+    assert scheduled.status is Status.SCHEDULED and scheduled.at >= ended
+
+
 def test_a_pass_logs_each_placement_and_cancellation_with_its_kernels(store: Store) -> None:
     """What a pass decides reaches every event stream: its events are in the store's log,
     written in the pass's own transaction, each kernel with its session's new status."""

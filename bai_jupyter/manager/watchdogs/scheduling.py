@@ -154,7 +154,7 @@ class Scheduling:
                 group.config,
                 group.sequencer,
                 group.selector,
-                time.time(),
+                None,  # the time it holds the store's write lock
                 self.policies.scheduler_policy,
                 self.policies.key(),
             )
